@@ -1,0 +1,188 @@
+// Package config defines gpuguard's policy document (apiVersion gpuguard.io/v1alpha1,
+// kind GPUGuardPolicy): its schema, the embedded default, strict parsing and validation.
+//
+// The document is what platform teams edit. Every field is optional: a field left out
+// keeps the value of the embedded default policy (default.yaml), and a list that is set
+// replaces the default list whole.
+package config
+
+// APIVersion and Kind identify a gpuguard policy document.
+const (
+	APIVersion = "gpuguard.io/v1alpha1"
+	Kind       = "GPUGuardPolicy"
+)
+
+// VisibleDevicesEnv is the variable the NVIDIA Container Toolkit reads as a container's
+// device list. It is always treated as a device variable, whatever the policy says.
+const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
+
+// Policy is the whole policy document.
+type Policy struct {
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Metadata   Metadata   `json:"metadata,omitempty"`
+	Spec       PolicySpec `json:"spec"`
+}
+
+// Metadata names a policy; the name shows up in logs and metrics only.
+type Metadata struct {
+	Name string `json:"name,omitempty"`
+}
+
+// PolicySpec holds every setting of a policy.
+type PolicySpec struct {
+	// Mode decides what a violation does: enforce denies, warn allows with admission
+	// warnings, audit allows and records audit annotations.
+	Mode Mode `json:"mode"`
+	// NamespaceModeOverride says how the namespace label gpuguard.io/mode may change
+	// Mode for one namespace: TightenOnly (default) or Any.
+	NamespaceModeOverride ModeOverride `json:"namespaceModeOverride"`
+	// Action is what happens to explicit NVIDIA variables that break the policy:
+	// deny the pod, or strip the offending env entries in the mutating phase.
+	Action Action `json:"action"`
+	// InjectVoid makes the mutating phase set NVIDIA_VISIBLE_DEVICES=void (and every
+	// other device variable) in every container without GPU resources, and makes the
+	// validating phase deny such a container left without it.
+	InjectVoid bool `json:"injectVoid"`
+	// GPUResources are the resource names (with * wildcards) whose presence in a
+	// container's limits, with a quantity above zero, makes it a GPU container.
+	GPUResources []string `json:"gpuResources"`
+	// Env sets which environment variables are protected and where they are allowed.
+	Env EnvPolicy `json:"env"`
+	// Annotations is the pod annotation deny-list.
+	Annotations AnnotationPolicy `json:"annotations"`
+	// DeviceListMountRoots are the directories under which a volume mount requests
+	// devices from the toolkit; matched as plain string prefixes of the cleaned path.
+	DeviceListMountRoots []string `json:"deviceListMountRoots"`
+	// SensitiveHostPaths may not be mounted as hostPath volumes, nor may any path
+	// above or below them.
+	SensitiveHostPaths []string `json:"sensitiveHostPaths"`
+	// NVIDIARuntimeClasses are the RuntimeClass names that run a pod through the
+	// NVIDIA Container Runtime.
+	NVIDIARuntimeClasses []string `json:"nvidiaRuntimeClasses"`
+	// Advisories sets the effect of the advisory rules.
+	Advisories Advisories `json:"advisories"`
+	// Exemptions lists what gpuguard leaves untouched.
+	Exemptions Exemptions `json:"exemptions"`
+}
+
+// EnvPolicy configures the environment rules.
+type EnvPolicy struct {
+	// ExtraDeviceVariables are treated like NVIDIA_VISIBLE_DEVICES: a toolkit
+	// swarm-resource variable (DOCKER_RESOURCE_GPU, say) replaces it as the device list.
+	ExtraDeviceVariables []string `json:"extraDeviceVariables"`
+	// ProtectedVariables are the other variables that grant device access or driver
+	// features. No container may set them unless an entry allows it.
+	ProtectedVariables []ProtectedVariable `json:"protectedVariables"`
+	// UnprefixedEnvFromOnGPU says how envFrom without a prefix on a GPU container is
+	// treated: inspect the ConfigMap where known, warn, or deny.
+	UnprefixedEnvFromOnGPU EnvFromAction `json:"unprefixedEnvFromOnGPU"`
+}
+
+// ProtectedVariable is one protected environment variable.
+type ProtectedVariable struct {
+	Name string `json:"name"`
+	// AllowOnGPUContainers lets containers with GPU resources set the variable.
+	AllowOnGPUContainers bool `json:"allowOnGPUContainers,omitempty"`
+	// AllowedValues, when not empty, restricts an allowed variable to these values;
+	// a comma-separated value must consist of allowed items only.
+	AllowedValues []string `json:"allowedValues,omitempty"`
+}
+
+// AnnotationPolicy is the pod annotation deny-list.
+type AnnotationPolicy struct {
+	DeniedPrefixes []string `json:"deniedPrefixes"`
+	DeniedKeys     []string `json:"deniedKeys"`
+}
+
+// Advisories sets the effect of the advisory rules: Warn or Deny.
+type Advisories struct {
+	// NVIDIARuntimeClass fires on a pod that runs with an NVIDIA runtime class
+	// but has no GPU container.
+	NVIDIARuntimeClass Severity `json:"nvidiaRuntimeClass"`
+	// Privileged fires on a privileged container or one that adds SYS_ADMIN or ALL:
+	// the toolkit honours device requests from such containers, and they see every
+	// device node anyway.
+	Privileged Severity `json:"privileged"`
+}
+
+// Exemptions lists requests gpuguard allows untouched.
+type Exemptions struct {
+	// ServiceAccounts exempts pods (and pod templates) of a namespace that run as
+	// a service account. The requesting user says nothing about a workload, whose
+	// pods are created by controllers; the pod's serviceAccountName does.
+	ServiceAccounts []ServiceAccountRef `json:"serviceAccounts"`
+	// Namespaces exempts whole namespaces. Allowed, but reported as broad.
+	Namespaces []string `json:"namespaces"`
+	// Usernames exempts requests by these users (humans and tools).
+	Usernames []string `json:"usernames"`
+}
+
+// ServiceAccountRef names a service account in a namespace.
+type ServiceAccountRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// Mode is what a violation does.
+type Mode string
+
+// Modes, from strictest to loosest.
+const (
+	ModeEnforce Mode = "enforce"
+	ModeWarn    Mode = "warn"
+	ModeAudit   Mode = "audit"
+)
+
+// Modes lists the valid modes.
+var Modes = []string{string(ModeEnforce), string(ModeWarn), string(ModeAudit)}
+
+// Strictness orders modes: higher is stricter. Unknown modes rank lowest.
+func (m Mode) Strictness() int {
+	switch m {
+	case ModeEnforce:
+		return 3
+	case ModeWarn:
+		return 2
+	case ModeAudit:
+		return 1
+	}
+	return 0
+}
+
+// ModeOverride says how a namespace label may change the mode.
+type ModeOverride string
+
+// Override kinds.
+const (
+	OverrideTightenOnly ModeOverride = "TightenOnly"
+	OverrideAny         ModeOverride = "Any"
+)
+
+// Action is what happens to an explicit variable violation.
+type Action string
+
+// Actions.
+const (
+	ActionDeny  Action = "deny"
+	ActionStrip Action = "strip"
+)
+
+// EnvFromAction is the treatment of prefix-less envFrom on GPU containers.
+type EnvFromAction string
+
+// EnvFrom treatments.
+const (
+	EnvFromInspect EnvFromAction = "inspect"
+	EnvFromWarn    EnvFromAction = "warn"
+	EnvFromDeny    EnvFromAction = "deny"
+)
+
+// Severity is the effect of an advisory rule.
+type Severity string
+
+// Severities.
+const (
+	SeverityWarn Severity = "warn"
+	SeverityDeny Severity = "deny"
+)

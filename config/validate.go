@@ -1,0 +1,167 @@
+package config
+
+import (
+	"path"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Validate checks a decoded policy and returns every problem it finds.
+func Validate(p *Policy) field.ErrorList {
+	var errs field.ErrorList
+	if p.APIVersion != APIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), p.APIVersion, []string{APIVersion}))
+	}
+	if p.Kind != Kind {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), p.Kind, []string{Kind}))
+	}
+	spec := field.NewPath("spec")
+	s := &p.Spec
+	errs = append(errs, enum(spec.Child("mode"), string(s.Mode), Modes)...)
+	errs = append(errs, enum(spec.Child("namespaceModeOverride"), string(s.NamespaceModeOverride),
+		[]string{string(OverrideTightenOnly), string(OverrideAny)})...)
+	errs = append(errs, enum(spec.Child("action"), string(s.Action), []string{string(ActionDeny), string(ActionStrip)})...)
+	errs = append(errs, validateGPUResources(spec.Child("gpuResources"), s.GPUResources)...)
+	errs = append(errs, validateEnv(spec.Child("env"), &s.Env)...)
+	errs = append(errs, validateAnnotations(spec.Child("annotations"), &s.Annotations)...)
+	errs = append(errs, absolutePaths(spec.Child("deviceListMountRoots"), s.DeviceListMountRoots)...)
+	errs = append(errs, absolutePaths(spec.Child("sensitiveHostPaths"), s.SensitiveHostPaths)...)
+	for i, name := range s.NVIDIARuntimeClasses {
+		errs = append(errs, dnsSubdomain(spec.Child("nvidiaRuntimeClasses").Index(i), name)...)
+	}
+	severities := []string{string(SeverityWarn), string(SeverityDeny)}
+	errs = append(errs, enum(spec.Child("advisories", "nvidiaRuntimeClass"), string(s.Advisories.NVIDIARuntimeClass), severities)...)
+	errs = append(errs, enum(spec.Child("advisories", "privileged"), string(s.Advisories.Privileged), severities)...)
+	errs = append(errs, validateExemptions(spec.Child("exemptions"), &s.Exemptions)...)
+	return errs
+}
+
+func enum(fld *field.Path, value string, allowed []string) field.ErrorList {
+	if slices.Contains(allowed, value) {
+		return nil
+	}
+	return field.ErrorList{field.NotSupported(fld, value, allowed)}
+}
+
+func validateGPUResources(fld *field.Path, patterns []string) field.ErrorList {
+	var errs field.ErrorList
+	if len(patterns) == 0 {
+		return append(errs, field.Required(fld, "at least one GPU resource name is needed, e.g. nvidia.com/gpu"))
+	}
+	seen := map[string]bool{}
+	for i, p := range patterns {
+		f := fld.Index(i)
+		if seen[p] {
+			errs = append(errs, field.Duplicate(f, p))
+		}
+		seen[p] = true
+		if _, err := path.Match(p, ""); err != nil {
+			errs = append(errs, field.Invalid(f, p, "bad pattern: "+err.Error()))
+			continue
+		}
+		// A pattern is a resource name in which '*' stands for any characters.
+		if msgs := validation.IsQualifiedName(strings.ReplaceAll(p, "*", "x")); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(f, p, "not a resource name pattern: "+strings.Join(msgs, "; ")))
+		}
+	}
+	return errs
+}
+
+func validateEnv(fld *field.Path, env *EnvPolicy) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{VisibleDevicesEnv: true}
+	for i, name := range env.ExtraDeviceVariables {
+		f := fld.Child("extraDeviceVariables").Index(i)
+		errs = append(errs, envName(f, name, seen)...)
+	}
+	for i, v := range env.ProtectedVariables {
+		f := fld.Child("protectedVariables").Index(i)
+		errs = append(errs, envName(f.Child("name"), v.Name, seen)...)
+		if len(v.AllowedValues) > 0 && !v.AllowOnGPUContainers {
+			errs = append(errs, field.Invalid(f.Child("allowedValues"), v.AllowedValues,
+				"only takes effect with allowOnGPUContainers: true"))
+		}
+		for j, value := range v.AllowedValues {
+			if value == "" || strings.Contains(value, ",") {
+				errs = append(errs, field.Invalid(f.Child("allowedValues").Index(j), value,
+					"must be one non-empty item; a comma-separated value is checked item by item"))
+			}
+		}
+	}
+	errs = append(errs, enum(fld.Child("unprefixedEnvFromOnGPU"), string(env.UnprefixedEnvFromOnGPU),
+		[]string{string(EnvFromInspect), string(EnvFromWarn), string(EnvFromDeny)})...)
+	return errs
+}
+
+// envName checks a variable name and that no list names it twice; NVIDIA_VISIBLE_DEVICES
+// is always protected and so may not be listed at all.
+func envName(fld *field.Path, name string, seen map[string]bool) field.ErrorList {
+	if name == VisibleDevicesEnv {
+		return field.ErrorList{field.Invalid(fld, name, "is always a device variable; remove it from this list")}
+	}
+	if seen[name] {
+		return field.ErrorList{field.Duplicate(fld, name)}
+	}
+	seen[name] = true
+	if msgs := validation.IsEnvVarName(name); len(msgs) > 0 {
+		return field.ErrorList{field.Invalid(fld, name, strings.Join(msgs, "; "))}
+	}
+	return nil
+}
+
+func validateAnnotations(fld *field.Path, a *AnnotationPolicy) field.ErrorList {
+	var errs field.ErrorList
+	for i, p := range a.DeniedPrefixes {
+		if p == "" {
+			errs = append(errs, field.Invalid(fld.Child("deniedPrefixes").Index(i), p, "an empty prefix would deny every annotation"))
+		}
+	}
+	for i, k := range a.DeniedKeys {
+		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(fld.Child("deniedKeys").Index(i), k, strings.Join(msgs, "; ")))
+		}
+	}
+	return errs
+}
+
+func absolutePaths(fld *field.Path, paths []string) field.ErrorList {
+	var errs field.ErrorList
+	for i, p := range paths {
+		if !strings.HasPrefix(p, "/") {
+			errs = append(errs, field.Invalid(fld.Index(i), p, "must be an absolute path"))
+		}
+	}
+	return errs
+}
+
+func dnsSubdomain(fld *field.Path, name string) field.ErrorList {
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return field.ErrorList{field.Invalid(fld, name, strings.Join(msgs, "; "))}
+	}
+	return nil
+}
+
+func validateExemptions(fld *field.Path, e *Exemptions) field.ErrorList {
+	var errs field.ErrorList
+	for i, sa := range e.ServiceAccounts {
+		f := fld.Child("serviceAccounts").Index(i)
+		if msgs := validation.IsDNS1123Label(sa.Namespace); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(f.Child("namespace"), sa.Namespace, strings.Join(msgs, "; ")))
+		}
+		errs = append(errs, dnsSubdomain(f.Child("name"), sa.Name)...)
+	}
+	for i, ns := range e.Namespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(fld.Child("namespaces").Index(i), ns, strings.Join(msgs, "; ")))
+		}
+	}
+	for i, u := range e.Usernames {
+		if u == "" {
+			errs = append(errs, field.Required(fld.Child("usernames").Index(i), "a user name"))
+		}
+	}
+	return errs
+}

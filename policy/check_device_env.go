@@ -1,0 +1,52 @@
+package policy
+
+import "fmt"
+
+// checkDeviceEnv is the rule device-env: explicit device lists.
+//
+// Fields read, in every container kind (init, sidecar, regular, ephemeral):
+//   - env[*].name and env[*].value, for NVIDIA_VISIBLE_DEVICES and the policy's
+//     env.extraDeviceVariables (such as the toolkit's swarm-resource variable).
+//
+// Allowed values:
+//   - containers without GPU resources: "void", "" and "none". The mutating phase
+//     rewrites "none" to "void": toolkit 1.18.0-1.18.1 in jit-cdi mode gave every GPU
+//     for "none";
+//   - GPU containers: "void" and "" only. Any other value, "none" included, replaces
+//     the device plugin's allocation, because pod env is applied after it.
+//
+// Every entry counts, not only the last one, which wins at run time. Entries set
+// through valueFrom are judged by env-value-from. Default action: deny (or strip).
+func checkDeviceEnv(ev *evaluation, c *containerRef) {
+	for i := range c.c.Env {
+		v := &c.c.Env[i]
+		if v.ValueFrom != nil || !ev.e.isDeviceVar(v.Name) {
+			continue
+		}
+		if problem := deviceEnvProblem(c.gpu, v.Name, v.Value); problem != "" {
+			ev.reportEnv(RuleDeviceEnv, c, i, "container %q %s", c.c.Name, problem)
+		} else if v.Value == "none" && ev.phase == Mutating && ev.t.isPod {
+			ed := ev.editsFor(c)
+			if ed.replace == nil {
+				ed.replace = map[int]string{}
+			}
+			ed.replace[i] = voidValue
+		}
+	}
+}
+
+// voidValue makes the NVIDIA runtime behave like runc: no devices, no driver.
+const voidValue = "void"
+
+// deviceEnvProblem judges one literal assignment to a device variable; "" means fine.
+func deviceEnvProblem(gpu bool, name, value string) string {
+	switch {
+	case value == voidValue || value == "":
+		return ""
+	case !gpu && value == "none":
+		return ""
+	case gpu:
+		return fmt.Sprintf("sets %s=%s, replacing its GPU allocation; remove it", name, quote(value))
+	}
+	return fmt.Sprintf("has no GPU limit but sets %s=%s; remove it or add a GPU limit", name, quote(value))
+}

@@ -1,0 +1,27 @@
+package policy
+
+// checkEnvValueFrom is the rule env-value-from: protected variables whose value is
+// not known at admission.
+//
+// Fields read, in every container kind:
+//   - env[*].name and env[*].valueFrom, for every device variable and protected
+//     variable.
+//
+// Allowed values: none. A value from configMapKeyRef, secretKeyRef, fieldRef,
+// resourceFieldRef or fileKeyRef is resolved by the kubelet at container start, after
+// admission, and could grant anything. Default action: deny (or strip).
+func checkEnvValueFrom(ev *evaluation, c *containerRef) {
+	for i := range c.c.Env {
+		v := &c.c.Env[i]
+		if v.ValueFrom == nil || !ev.e.isProtectedName(v.Name) {
+			continue
+		}
+		ev.reportEnv(RuleEnvValueFrom, c, i,
+			"container %q sets %s through valueFrom, unknown at admission; use a literal value or remove it", c.c.Name, v.Name)
+	}
+}
+
+// isProtectedName reports whether name is a device variable or a protected variable.
+func (e *Engine) isProtectedName(name string) bool {
+	return e.isDeviceVar(name) || e.protected[name] != nil
+}

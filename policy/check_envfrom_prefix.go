@@ -1,0 +1,28 @@
+package policy
+
+import "strings"
+
+// checkEnvFromPrefix is the rule envfrom-prefix: prefixes that spell a protected name.
+//
+// Fields read, in every container kind:
+//   - envFrom[*].prefix.
+//
+// Allowed values: "" (judged by envfrom-unprefixed) or a prefix that no device
+// variable or protected variable starts with. With prefix NV, a ConfigMap key
+// IDIA_VISIBLE_DEVICES becomes NVIDIA_VISIBLE_DEVICES. Default action: deny; strip
+// mode does not remove envFrom entries, which carry other variables too.
+func checkEnvFromPrefix(ev *evaluation, c *containerRef) {
+	for i, src := range c.c.EnvFrom {
+		if src.Prefix == "" {
+			continue
+		}
+		for _, name := range ev.e.protectedNames {
+			if strings.HasPrefix(name, src.Prefix) {
+				ev.report(RuleEnvFromPrefix, effectDeny, c, c.path().Child("envFrom").Index(i).Child("prefix").String(),
+					"container %q envFrom prefix %s can form %s; use a prefix no NVIDIA variable starts with",
+					c.c.Name, quote(src.Prefix), name)
+				break
+			}
+		}
+	}
+}

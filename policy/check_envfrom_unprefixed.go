@@ -1,0 +1,80 @@
+package policy
+
+import (
+	"errors"
+	"slices"
+	"maps"
+
+	"github.com/gpuguard/gpuguard/config"
+)
+
+// checkEnvFromUnprefixed is the rule envfrom-unprefixed: whole ConfigMaps and Secrets
+// poured into a GPU container's environment.
+//
+// Fields read, in GPU containers only (elsewhere the injected void wins over envFrom):
+//   - envFrom[*].prefix, envFrom[*].configMapRef.name, envFrom[*].secretRef.name;
+//   - in inspect mode, the data of the referenced ConfigMap, each key judged as if it
+//     were an env entry by device-env and protected-env.
+//
+// Treatment, from the policy's env.unprefixedEnvFromOnGPU:
+//   - inspect (default): deny when the ConfigMap is known and holds a key those rules
+//     forbid; warn when it is not known, and for Secrets, which gpuguard never reads;
+//   - warn: warn on every such envFrom;
+//   - deny: deny every such envFrom.
+//
+// A ConfigMap can change after admission: the node agent's volume-mounts or CDI
+// allocation, which env cannot override, is the real fix.
+func checkEnvFromUnprefixed(ev *evaluation, c *containerRef) {
+	if !c.gpu {
+		return
+	}
+	treatment := ev.e.policy.Spec.Env.UnprefixedEnvFromOnGPU
+	for i, src := range c.c.EnvFrom {
+		if src.Prefix != "" {
+			continue
+		}
+		path := c.path().Child("envFrom").Index(i).String()
+		switch {
+		case treatment == config.EnvFromDeny:
+			ev.report(RuleEnvFromUnprefixed, effectDeny, c, path,
+				"container %q takes envFrom without a prefix, which could replace its GPU allocation; set a prefix", c.c.Name)
+		case treatment == config.EnvFromWarn:
+			ev.report(RuleEnvFromUnprefixed, effectWarn, c, path,
+				"container %q takes envFrom without a prefix; keep NVIDIA_ keys out of it", c.c.Name)
+		case src.SecretRef != nil:
+			ev.report(RuleEnvFromUnprefixed, effectWarn, c, path,
+				"container %q takes Secret %q unprefixed; Secrets are not read: keep NVIDIA_ keys out", c.c.Name, src.SecretRef.Name)
+		case src.ConfigMapRef != nil:
+			ev.inspectConfigMap(c, path, src.ConfigMapRef.Name)
+		}
+	}
+}
+
+// inspectConfigMap judges the keys of a ConfigMap poured into GPU container c.
+func (ev *evaluation) inspectConfigMap(c *containerRef, path, name string) {
+	var data map[string]string
+	err := ErrConfigMapNotFound
+	if ev.req.ConfigMaps != nil {
+		data, err = ev.req.ConfigMaps.ConfigMapData(ev.ctx, ev.namespace, name)
+	}
+	switch {
+	case errors.Is(err, ErrConfigMapNotFound):
+		ev.report(RuleEnvFromUnprefixed, effectWarn, c, path,
+			"container %q takes ConfigMap %q, unknown at admission; its keys are not checked", c.c.Name, name)
+		return
+	case err != nil:
+		ev.report(RuleEnvFromUnprefixed, effectWarn, c, path,
+			"container %q takes ConfigMap %q, which could not be read: %v", c.c.Name, name, err)
+		return
+	}
+	for _, key := range slices.Sorted(maps.Keys(data)) {
+		problem := ev.e.protectedEnvProblem(true, key, data[key])
+		if ev.e.isDeviceVar(key) {
+			problem = deviceEnvProblem(true, key, data[key])
+		}
+		if problem != "" {
+			ev.report(RuleEnvFromUnprefixed, effectDeny, c, path+".configMapRef",
+				"container %q, through ConfigMap %q, %s", c.c.Name, name, problem)
+		}
+	}
+}

@@ -1,0 +1,30 @@
+package policy
+
+// checkFinalState is the rule final-state, in the validating phase of a pod.
+//
+// Fields read, in every container kind:
+//   - resources.limits, to tell GPU containers;
+//   - env[*], for the last entry of NVIDIA_VISIBLE_DEVICES and of each of the
+//     policy's env.extraDeviceVariables.
+//
+// Allowed values, when the policy's injectVoid is on: in every container without GPU
+// resources, an effective value of "void" or "". A container left without it means
+// the mutating webhook did not run, timed out, or a later mutator removed the value;
+// judging the final object is what makes the guarantee hold whatever happened in
+// between. Default action: deny. Mirror pods, which gpuguard never mutates, get a
+// warning instead.
+func checkFinalState(ev *evaluation, c *containerRef) {
+	if c.gpu || !ev.e.policy.Spec.InjectVoid {
+		return
+	}
+	eff := effectDeny
+	if ev.t.meta.Annotations[MirrorPodAnnotation] != "" {
+		eff = effectWarn
+	}
+	for _, name := range ev.e.deviceVars {
+		if !ev.effectivelyVoid(c, name) {
+			ev.report(RuleFinalState, eff, c, c.path().Child("env").String(),
+				"container %q has no GPU limit and no %s=void (gpuguard mutation did not run); add it or retry", c.c.Name, name)
+		}
+	}
+}

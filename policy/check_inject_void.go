@@ -1,0 +1,48 @@
+package policy
+
+import corev1 "k8s.io/api/core/v1"
+
+// injectVoid is the mutation inject-void, in the mutating phase of a pod.
+//
+// Fields read, in every container kind:
+//   - resources.limits, to tell GPU containers;
+//   - env[*], for the last entry of NVIDIA_VISIBLE_DEVICES and of each of the
+//     policy's env.extraDeviceVariables, after the planned strips and rewrites.
+//
+// Effect, when the policy's injectVoid is on: every container without GPU resources
+// whose effective value is not "void" or "" gets NVIDIA_VISIBLE_DEVICES=void appended
+// to its env. Pod env outranks image ENV, envFrom and the toolkit's legacy rule
+// (CUDA_VERSION set and NVIDIA_REQUIRE_CUDA unset means every GPU), so only an
+// explicit void is safe; removing the variable is not. GPU containers are never
+// touched: a pod-level value would replace the device plugin's allocation.
+// Injecting twice changes nothing, so the webhook may be reinvoked.
+func injectVoid(ev *evaluation, c *containerRef) {
+	if c.gpu || !ev.e.policy.Spec.InjectVoid {
+		return
+	}
+	for _, name := range ev.e.deviceVars {
+		if !ev.effectivelyVoid(c, name) {
+			ed := ev.editsFor(c)
+			ed.add = append(ed.add, corev1.EnvVar{Name: name, Value: voidValue})
+		}
+	}
+}
+
+// effectivelyVoid reports whether the last env entry for name, after planned edits,
+// is a literal "void" or "". An unset variable is not void.
+func (ev *evaluation) effectivelyVoid(c *containerRef, name string) bool {
+	ed := ev.edits[c.pos]
+	for i := len(c.c.Env) - 1; i >= 0; i-- {
+		v := &c.c.Env[i]
+		if v.Name != name || (ed != nil && ev.removed(c, i)) {
+			continue
+		}
+		if ed != nil {
+			if replacement, ok := ed.replace[i]; ok {
+				return replacement == voidValue
+			}
+		}
+		return v.ValueFrom == nil && (v.Value == voidValue || v.Value == "")
+	}
+	return false
+}

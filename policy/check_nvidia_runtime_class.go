@@ -1,0 +1,36 @@
+package policy
+
+import (
+	"slices"
+
+	"github.com/gpuguard/gpuguard/config"
+)
+
+// checkNVIDIARuntimeClass is the advisory rule nvidia-runtime-class.
+//
+// Fields read:
+//   - spec.runtimeClassName, and the resources.limits of every container.
+//
+// Allowed values: any runtime class, except that a pod without a GPU container
+// should not ask for one of the policy's nvidiaRuntimeClasses (default nvidia,
+// nvidia-cdi, nvidia-legacy): in CDI-mode clusters only that runtime reads device
+// requests from the environment. Default: warn (advisories.nvidiaRuntimeClass).
+func checkNVIDIARuntimeClass(ev *evaluation) {
+	rc := ev.t.spec.RuntimeClassName
+	if rc == nil || !ev.e.runtimeClasses[*rc] {
+		return
+	}
+	if slices.ContainsFunc(ev.containers, func(c containerRef) bool { return c.gpu }) {
+		return
+	}
+	ev.report(RuleNVIDIARuntimeClass, severityEffect(ev.e.policy.Spec.Advisories.NVIDIARuntimeClass), nil,
+		ev.t.specPath.Child("runtimeClassName").String(),
+		"runtimeClassName %q without a GPU limit; remove it or request a GPU", *rc)
+}
+
+func severityEffect(s config.Severity) effect {
+	if s == config.SeverityDeny {
+		return effectDeny
+	}
+	return effectWarn
+}

@@ -1,0 +1,169 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/gpuguard/gpuguard/config"
+)
+
+// Phase is the admission phase a request is evaluated for.
+type Phase string
+
+// Phases. The mutating phase computes the patch; the validating phase judges the
+// final object, after every mutating webhook, and adds the final-state rule.
+const (
+	Mutating   Phase = "mutating"
+	Validating Phase = "validating"
+)
+
+// ModeLabel is the namespace label that may change the mode for one namespace.
+const ModeLabel = "gpuguard.io/mode"
+
+// MirrorPodAnnotation marks a pod that the kubelet mirrors from a static manifest.
+const MirrorPodAnnotation = "kubernetes.io/config.mirror"
+
+// ErrConfigMapNotFound is returned by a ConfigMapSource for a ConfigMap it does not have.
+var ErrConfigMapNotFound = errors.New("configmap not found")
+
+// ConfigMapSource gives the data of ConfigMaps named by envFrom, for inspection.
+// The webhook reads them through the API; `gpuguard check` takes them from its input.
+// Secrets are never asked for.
+type ConfigMapSource interface {
+	ConfigMapData(ctx context.Context, namespace, name string) (map[string]string, error)
+}
+
+// Request is everything the API server knows about one admission.
+type Request struct {
+	Operation   admissionv1.Operation
+	SubResource string
+	// Namespace of the request; when empty, the object's, and else "default".
+	Namespace string
+	Object    runtime.Object
+	OldObject runtime.Object
+	UserInfo  authenticationv1.UserInfo
+	// NamespaceLabels are the labels of the request's namespace, when known.
+	NamespaceLabels map[string]string
+	Phase           Phase
+	// ConfigMaps serves envFrom inspection; nil means no ConfigMap is known.
+	ConfigMaps ConfigMapSource
+}
+
+// Violation is one reason to deny.
+type Violation struct {
+	// Path of the offending field, such as spec.initContainers[1].env[0].
+	Path string `json:"path"`
+	Rule RuleID `json:"rule"`
+	// Container is the container's name, or empty for pod-level rules.
+	Container string `json:"container,omitempty"`
+	// Message is one line a user can act on.
+	Message string `json:"message"`
+}
+
+// Result is the engine's decision.
+type Result struct {
+	Allowed bool `json:"allowed"`
+	// Mode is the mode that applied to the request.
+	Mode config.Mode `json:"mode"`
+	// Exempt names the exemption that let the request through untouched.
+	Exempt     string      `json:"exempt,omitempty"`
+	Violations []Violation `json:"violations"`
+	// Warnings are returned to the client as admission warnings.
+	Warnings []string `json:"warnings"`
+	// AuditAnnotations are recorded in the API server's audit log.
+	AuditAnnotations map[string]string `json:"auditAnnotations,omitempty"`
+	// Patch is an RFC 6902 patch against the object exactly as given.
+	Patch []jsonpatch.Operation `json:"patch"`
+}
+
+// Engine evaluates requests against one policy. It is safe for concurrent use.
+type Engine struct {
+	policy *config.Policy
+
+	gpuExact           map[string]bool
+	gpuGlobs           []string
+	deviceVars         []string
+	protected          map[string]*config.ProtectedVariable
+	protectedNames     []string // every protected name, device variables included
+	runtimeClasses     map[string]bool
+	exemptNamespaces   map[string]bool
+	exemptUsers        map[string]bool
+	exemptSAs          map[config.ServiceAccountRef]bool
+	sensitiveHostPaths []string // normalised (/var/run becomes /run), in the policy's order
+}
+
+// New compiles a validated policy into an engine.
+func New(p *config.Policy) (*Engine, error) {
+	if errs := config.Validate(p); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid policy: %v", errs.ToAggregate())
+	}
+	s := &p.Spec
+	e := &Engine{
+		policy:           p,
+		gpuExact:         map[string]bool{},
+		protected:        map[string]*config.ProtectedVariable{},
+		runtimeClasses:   setOf(s.NVIDIARuntimeClasses),
+		exemptNamespaces: setOf(s.Exemptions.Namespaces),
+		exemptUsers:      setOf(s.Exemptions.Usernames),
+		exemptSAs:        map[config.ServiceAccountRef]bool{},
+	}
+	for _, r := range s.GPUResources {
+		if strings.ContainsAny(r, "*?[\\") {
+			e.gpuGlobs = append(e.gpuGlobs, r)
+		} else {
+			e.gpuExact[r] = true
+		}
+	}
+	e.deviceVars = append([]string{config.VisibleDevicesEnv}, s.Env.ExtraDeviceVariables...)
+	e.protectedNames = slices.Clone(e.deviceVars)
+	for i := range s.Env.ProtectedVariables {
+		v := &s.Env.ProtectedVariables[i]
+		e.protected[v.Name] = v
+		e.protectedNames = append(e.protectedNames, v.Name)
+	}
+	for _, sa := range s.Exemptions.ServiceAccounts {
+		e.exemptSAs[sa] = true
+	}
+	for _, p := range s.SensitiveHostPaths {
+		e.sensitiveHostPaths = append(e.sensitiveHostPaths, normaliseHostPath(p))
+	}
+	return e, nil
+}
+
+// Policy returns the policy the engine enforces.
+func (e *Engine) Policy() *config.Policy { return e.policy }
+
+// isGPUResource reports whether a resource name makes a container a GPU container.
+func (e *Engine) isGPUResource(name string) bool {
+	if e.gpuExact[name] {
+		return true
+	}
+	for _, g := range e.gpuGlobs {
+		if ok, _ := path.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// isDeviceVar reports whether the toolkit reads name as a device list.
+func (e *Engine) isDeviceVar(name string) bool {
+	return slices.Contains(e.deviceVars, name)
+}
+
+func setOf(items []string) map[string]bool {
+	m := make(map[string]bool, len(items))
+	for _, i := range items {
+		m[i] = true
+	}
+	return m
+}

@@ -1,0 +1,156 @@
+package policy
+
+import (
+	"context"
+
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/gpuguard/gpuguard/config"
+)
+
+// SubresourceEphemeralContainers is the subresource through which ephemeral
+// containers (kubectl debug) are added to a running pod.
+const SubresourceEphemeralContainers = "ephemeralcontainers"
+
+// Evaluate decides one admission request. It never panics on a malformed object: a
+// kind it does not know, or a request it has nothing to say about, is allowed
+// untouched.
+func (e *Engine) Evaluate(ctx context.Context, req *Request) Result {
+	mode, modeNote := e.modeFor(req.NamespaceLabels)
+	untouched := Result{Allowed: true, Mode: mode, Violations: []Violation{}, Warnings: []string{}, Patch: nilPatch()}
+	if req.Object == nil {
+		return untouched
+	}
+	t, ok := targetOf(req.Object)
+	if !ok || t.object.DeletionTimestamp != nil {
+		return untouched
+	}
+	ev := &evaluation{ctx: ctx, e: e, req: req, t: t, phase: req.Phase, namespace: namespaceOf(req, t)}
+	if exempt := e.exemption(ev.namespace, req.UserInfo.Username, t.spec); exempt != "" {
+		untouched.Exempt = exempt
+		untouched.AuditAnnotations = map[string]string{"exempt": exempt}
+		return untouched
+	}
+	if !ev.plan() {
+		return untouched
+	}
+	ev.stripping = ev.phase == Mutating && mode == config.ModeEnforce && e.policy.Spec.Action == config.ActionStrip
+	if modeNote != "" {
+		ev.report(RuleNamespaceMode, effectWarn, nil, "metadata.labels["+ModeLabel+"]", "%s", modeNote)
+	}
+	ev.run()
+	return ev.result(mode)
+}
+
+// plan decides what of the object this request puts up for judgement; false means
+// nothing.
+func (ev *evaluation) plan() bool {
+	req, t := ev.req, ev.t
+	if !t.isPod {
+		// Controllers are judged through their templates, and only in the validating
+		// phase: templates are not patched. On UPDATE only a changed template counts,
+		// so that scaling, finalizers and garbage collection of old objects go on.
+		if ev.phase != Validating {
+			return false
+		}
+		switch req.Operation {
+		case admissionv1.Create:
+		case admissionv1.Update:
+			old, ok := targetOf(req.OldObject)
+			if ok && equality.Semantic.DeepEqual(old.meta, t.meta) && equality.Semantic.DeepEqual(old.spec, t.spec) {
+				return false
+			}
+		default:
+			return false
+		}
+		ev.scope = scopeTemplate
+		ev.containers = ev.e.containersOf(t.spec, t.specPath)
+		return true
+	}
+	if ev.phase == Mutating && t.meta.Annotations[MirrorPodAnnotation] != "" {
+		return false // mirror pods reflect static manifests and are never mutated
+	}
+	switch {
+	case req.Operation == admissionv1.Create && req.SubResource == "":
+		ev.scope = scopePod
+		ev.containers = ev.e.containersOf(t.spec, t.specPath)
+	case req.Operation == admissionv1.Update && req.SubResource == SubresourceEphemeralContainers:
+		ev.scope = scopeNewEphemeral
+		ev.containers = ev.e.newEphemeralContainers(t.spec, t.specPath, oldEphemeralNames(req))
+	case req.Operation == admissionv1.Update && req.SubResource == "":
+		// Pod env is immutable; what an update can add is annotations, which the NRI
+		// plugin and the kubelet read again when a sandbox is recreated.
+		ev.scope = scopeAddedAnnotations
+		if old, ok := targetOf(req.OldObject); ok {
+			ev.oldAnnotations = old.meta.Annotations
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// scope is what part of an object a request puts up for judgement.
+type scope int
+
+const (
+	scopePod              scope = iota // a new pod: everything
+	scopeTemplate                      // a controller's pod template: everything but the patch
+	scopeNewEphemeral                  // ephemeral containers added to a running pod
+	scopeAddedAnnotations              // annotations added to a running pod
+)
+
+// run applies the checks that the request's scope calls for.
+func (ev *evaluation) run() {
+	podLevel := ev.scope == scopePod || ev.scope == scopeTemplate
+	if podLevel || ev.scope == scopeAddedAnnotations {
+		checkDeviceAnnotations(ev)
+	}
+	if podLevel {
+		checkSensitiveHostPaths(ev)
+		checkNVIDIARuntimeClass(ev)
+	}
+	for i := range ev.containers {
+		c := &ev.containers[i]
+		checkDeviceEnv(ev, c)
+		checkProtectedEnv(ev, c)
+		checkEnvValueFrom(ev, c)
+		checkEnvFromPrefix(ev, c)
+		checkEnvFromUnprefixed(ev, c)
+		checkDeviceListMounts(ev, c)
+		checkPrivileged(ev, c)
+		if !ev.t.isPod {
+			continue
+		}
+		if ev.phase == Mutating {
+			injectVoid(ev, c)
+		} else {
+			checkFinalState(ev, c)
+		}
+	}
+}
+
+func oldEphemeralNames(req *Request) map[string]bool {
+	names := map[string]bool{}
+	if old, ok := targetOf(req.OldObject); ok {
+		for _, ec := range old.spec.EphemeralContainers {
+			names[ec.Name] = true
+		}
+	}
+	return names
+}
+
+func namespaceOf(req *Request, t target) string {
+	switch {
+	case req.Namespace != "":
+		return req.Namespace
+	case t.object.Namespace != "":
+		return t.object.Namespace
+	}
+	return "default"
+}
+
+// nilPatch is the empty patch: [] in JSON, never null.
+func nilPatch() []jsonpatch.Operation { return []jsonpatch.Operation{} }

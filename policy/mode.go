@@ -1,0 +1,28 @@
+package policy
+
+import (
+	"fmt"
+
+	"github.com/gpuguard/gpuguard/config"
+)
+
+// modeFor returns the mode for a namespace with these labels, and a note when the
+// label was ignored. The label may always tighten the policy's mode (audit, warn,
+// enforce, in that order); it may relax it only when the policy allows Any.
+func (e *Engine) modeFor(labels map[string]string) (config.Mode, string) {
+	base := e.policy.Spec.Mode
+	value, ok := labels[ModeLabel]
+	if !ok {
+		return base, ""
+	}
+	m := config.Mode(value)
+	switch {
+	case m.Strictness() == 0:
+		return base, fmt.Sprintf("namespace label %s=%s is not enforce, warn or audit; mode %s applies", ModeLabel, quote(value), base)
+	case m.Strictness() > base.Strictness() || e.policy.Spec.NamespaceModeOverride == config.OverrideAny:
+		return m, ""
+	case m.Strictness() < base.Strictness():
+		return base, fmt.Sprintf("namespace label %s=%s may only tighten the policy; mode %s applies", ModeLabel, value, base)
+	}
+	return base, ""
+}
