@@ -1,8 +1,8 @@
 package config
 
 import (
-	_ "embed"
 	"bytes"
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -267,7 +267,6 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 	}
 	return out
 }
-
 
 // AsError unwraps a policy Error.
 func AsError(err error) (*Error, bool) {

@@ -2,8 +2,8 @@ package policy
 
 import (
 	"errors"
-	"slices"
 	"maps"
+	"slices"
 
 	"github.com/gpuguard/gpuguard/config"
 )
