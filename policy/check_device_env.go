@@ -25,7 +25,7 @@ func checkDeviceEnv(ev *evaluation, c *containerRef) {
 		}
 		if problem := deviceEnvProblem(c.gpu, v.Name, v.Value); problem != "" {
 			ev.reportEnv(RuleDeviceEnv, c, i, "container %q %s", c.c.Name, problem)
-		} else if v.Value == "none" && ev.phase == Mutating && ev.t.isPod {
+		} else if v.Value == "none" && ev.mutable {
 			ed := ev.editsFor(c)
 			if ed.replace == nil {
 				ed.replace = map[int]string{}

@@ -36,7 +36,7 @@ func (e *Engine) Evaluate(ctx context.Context, req *Request) Result {
 	if !ev.plan() {
 		return untouched
 	}
-	ev.stripping = ev.phase == Mutating && mode == config.ModeEnforce && e.policy.Spec.Action == config.ActionStrip
+	ev.stripping = ev.mutable && mode == config.ModeEnforce && e.policy.Spec.Action == config.ActionStrip
 	if modeNote != "" {
 		ev.report(RuleNamespaceMode, effectWarn, nil, "metadata.labels["+ModeLabel+"]", "%s", modeNote)
 	}
@@ -69,9 +69,8 @@ func (ev *evaluation) plan() bool {
 		ev.containers = ev.e.containersOf(t.spec, t.specPath)
 		return true
 	}
-	if ev.phase == Mutating && t.meta.Annotations[MirrorPodAnnotation] != "" {
-		return false // mirror pods reflect static manifests and are never mutated
-	}
+	// Mirror pods reflect static manifests on a node: judged, but never mutated.
+	ev.mutable = ev.phase == Mutating && t.meta.Annotations[MirrorPodAnnotation] == ""
 	switch {
 	case req.Operation == admissionv1.Create && req.SubResource == "":
 		ev.scope = scopePod
@@ -124,9 +123,10 @@ func (ev *evaluation) run() {
 		if !ev.t.isPod {
 			continue
 		}
-		if ev.phase == Mutating {
+		switch {
+		case ev.mutable:
 			injectVoid(ev, c)
-		} else {
+		case ev.phase == Validating:
 			checkFinalState(ev, c)
 		}
 	}

@@ -52,6 +52,9 @@ type evaluation struct {
 	containers []containerRef
 	// oldAnnotations are the pod's annotations before an UPDATE (nil on CREATE).
 	oldAnnotations map[string]string
+	// mutable: this evaluation may patch the object (the mutating phase of a pod
+	// that is not a mirror pod).
+	mutable bool
 	// stripping: strip mode removes offending env entries in this evaluation.
 	stripping bool
 	findings  []finding
@@ -73,7 +76,14 @@ func (ev *evaluation) reportEnv(rule RuleID, c *containerRef, i int, format stri
 	path := c.path().Child("env").Index(i).String()
 	ev.report(rule, effectDeny, c, path, format, args...)
 	if ev.stripping {
-		ev.findings[len(ev.findings)-1].stripped = true
+		v := &c.c.Env[i]
+		shown := v.Name + "=" + quote(v.Value)
+		if v.ValueFrom != nil {
+			shown = v.Name + " (valueFrom)"
+		}
+		f := &ev.findings[len(ev.findings)-1]
+		f.stripped = true
+		f.message = fmt.Sprintf("removed %s from container %q", shown, c.c.Name)
 		ev.editsFor(c).remove = appendUnique(ev.editsFor(c).remove, i)
 	}
 }
@@ -154,7 +164,7 @@ func (ev *evaluation) result(mode config.Mode) Result {
 		case mode == config.ModeAudit:
 			audit[string(f.rule)] = append(audit[string(f.rule)], f.path+": "+f.message)
 		case f.stripped:
-			r.Warnings = append(r.Warnings, warning(f.rule, "removed: "+f.message))
+			r.Warnings = append(r.Warnings, warning(f.rule, f.message))
 			audit["stripped"] = append(audit["stripped"], f.path+": "+f.message)
 		case f.effect == effectDeny && mode == config.ModeEnforce:
 			r.Violations = append(r.Violations, v)
@@ -171,7 +181,7 @@ func (ev *evaluation) result(mode config.Mode) Result {
 		}
 	}
 	r.Allowed = len(r.Violations) == 0
-	if r.Allowed && ev.phase == Mutating {
+	if r.Allowed && ev.mutable {
 		r.Patch = ev.patch()
 	}
 	return r

@@ -194,6 +194,20 @@ func decode(source string, index int, raw []byte) ([]Document, error) {
 	return docs, nil
 }
 
+// DecodeObject decodes one JSON or YAML object of a kind gpuguard knows (core, apps
+// and batch API groups) into its typed form.
+func DecodeObject(data []byte) (runtime.Object, error) {
+	data, err := sigsyaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	d, err := decodeObject(data)
+	if err == nil && d.Object == nil {
+		err = fmt.Errorf("kind %s is not one gpuguard knows", d.GVK)
+	}
+	return d.Object, err
+}
+
 // decodeObject decodes a JSON object into its typed form where the kind is known.
 func decodeObject(data []byte) (Document, error) {
 	var partial metav1.PartialObjectMetadata
