@@ -1,0 +1,224 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuguard/gpuguard/config"
+)
+
+func defaultEngine(t *testing.T, edit func(*config.PolicySpec)) *Engine {
+	t.Helper()
+	p := config.Default()
+	if edit != nil {
+		edit(&p.Spec)
+	}
+	e, err := New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestDeviceEnvProblem(t *testing.T) {
+	for _, tc := range []struct {
+		gpu    bool
+		value  string
+		denied bool
+	}{
+		{false, "void", false}, {false, "", false}, {false, "none", false},
+		{false, "all", true}, {false, "0", true}, {false, "GPU-8f2d", true}, {false, "nvidia.com/gpu=all", true},
+		{false, "VOID", true}, {false, " void", true}, {false, "$(GPUS)", true}, {false, "0,void", true},
+		{true, "void", false}, {true, "", false}, {true, "none", true}, {true, "all", true}, {true, "1", true},
+	} {
+		got := deviceEnvProblem(tc.gpu, "NVIDIA_VISIBLE_DEVICES", tc.value) != ""
+		if got != tc.denied {
+			t.Errorf("gpu=%v value=%q: denied=%v, want %v", tc.gpu, tc.value, got, tc.denied)
+		}
+	}
+}
+
+func TestProtectedEnvProblem(t *testing.T) {
+	e := defaultEngine(t, nil)
+	for _, tc := range []struct {
+		gpu         bool
+		name, value string
+		denied      bool
+	}{
+		{true, "NVIDIA_DRIVER_CAPABILITIES", "compute,utility", false},
+		{true, "NVIDIA_DRIVER_CAPABILITIES", " compute , video ", false},
+		{true, "NVIDIA_DRIVER_CAPABILITIES", "", false},
+		{true, "NVIDIA_DRIVER_CAPABILITIES", "all", false},
+		{true, "NVIDIA_DRIVER_CAPABILITIES", "compute,everything", true},
+		{false, "NVIDIA_DRIVER_CAPABILITIES", "compute", true},
+		{true, "NVIDIA_MIG_CONFIG_DEVICES", "all", true},
+		{true, "NVIDIA_MIG_MONITOR_DEVICES", "0", true},
+		{true, "NVIDIA_IMEX_CHANNELS", "0", true},
+		{true, "NVIDIA_GDS", "enabled", true},
+		{false, "NVIDIA_GDRCOPY", "enabled", true},
+		{false, "NVIDIA_REQUIRE_CUDA", "cuda>=12", false},
+		{false, "PATH", "/usr/bin", false},
+	} {
+		got := e.protectedEnvProblem(tc.gpu, tc.name, tc.value) != ""
+		if got != tc.denied {
+			t.Errorf("gpu=%v %s=%q: denied=%v, want %v", tc.gpu, tc.name, tc.value, got, tc.denied)
+		}
+	}
+}
+
+func TestGPUContainer(t *testing.T) {
+	e := defaultEngine(t, nil)
+	limit := func(name, q string) *corev1.Container {
+		return &corev1.Container{Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(name): resource.MustParse(q)}}}
+	}
+	for _, tc := range []struct {
+		c    *corev1.Container
+		want bool
+	}{
+		{limit("nvidia.com/gpu", "1"), true},
+		{limit("nvidia.com/gpu.shared", "2"), true},
+		{limit("nvidia.com/mig-1g.10gb", "1"), true},
+		{limit("nvidia.com/mig-3g.40gb+me", "1"), true},
+		{limit("nvidia.com/gpu", "0"), false},
+		{limit("nvidia.com/gpus", "1"), false},
+		{limit("example.com/gpu", "1"), false},
+		{&corev1.Container{Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}, false},
+		{&corev1.Container{Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}, false},
+	} {
+		if got := e.isGPUContainer(tc.c); got != tc.want {
+			t.Errorf("limits %v requests %v: gpu=%v, want %v", tc.c.Resources.Limits, tc.c.Resources.Requests, got, tc.want)
+		}
+	}
+}
+
+func TestHostPathRelations(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		want bool
+	}{
+		{"/dev", true}, {"/dev/", true}, {"/dev/nvidia0", true}, {"/", true}, {"/var", true},
+		{"/var/run", true}, {"/run", true}, {"/run/cdi/x.yaml", true}, {"/var/lib/kubelet", true},
+		{"/var/lib/kubelet/device-plugins/kubelet.sock", true}, {"//etc//cdi/", true}, {"/etc/../dev", true},
+		{"/devices", false}, {"/data", false}, {"/var/lib/kubelet/pods", false}, {"/etc/cdix", false}, {"/var/log", false},
+	} {
+		p := normaliseHostPath(tc.path)
+		got := false
+		for _, s := range config.Default().Spec.SensitiveHostPaths {
+			got = got || related(p, normaliseHostPath(s))
+		}
+		if got != tc.want {
+			t.Errorf("%s: sensitive=%v, want %v", tc.path, got, tc.want)
+		}
+	}
+}
+
+func TestModeFor(t *testing.T) {
+	for _, tc := range []struct {
+		base     config.Mode
+		override config.ModeOverride
+		label    string
+		want     config.Mode
+		noted    bool
+	}{
+		{config.ModeEnforce, config.OverrideTightenOnly, "", config.ModeEnforce, false},
+		{config.ModeAudit, config.OverrideTightenOnly, "warn", config.ModeWarn, false},
+		{config.ModeAudit, config.OverrideTightenOnly, "enforce", config.ModeEnforce, false},
+		{config.ModeEnforce, config.OverrideTightenOnly, "audit", config.ModeEnforce, true},
+		{config.ModeEnforce, config.OverrideAny, "audit", config.ModeAudit, false},
+		{config.ModeWarn, config.OverrideAny, "bogus", config.ModeWarn, true},
+		{config.ModeWarn, config.OverrideTightenOnly, "warn", config.ModeWarn, false},
+	} {
+		e := defaultEngine(t, func(s *config.PolicySpec) { s.Mode, s.NamespaceModeOverride = tc.base, tc.override })
+		labels := map[string]string{}
+		if tc.label != "" {
+			labels[ModeLabel] = tc.label
+		}
+		got, note := e.modeFor(labels)
+		if got != tc.want || (note != "") != tc.noted {
+			t.Errorf("%s/%s label %q: mode %s note %q, want %s noted=%v", tc.base, tc.override, tc.label, got, note, tc.want, tc.noted)
+		}
+	}
+}
+
+func TestWarningsStayShort(t *testing.T) {
+	w := warning(RuleDeviceEnv, strings.Repeat("é", 200))
+	if len(w) > maxWarning || !strings.HasSuffix(w, "…") {
+		t.Errorf("warning of %d bytes: %q", len(w), w)
+	}
+	if got := quote(strings.Repeat("x", 100)); len(got) > 40 {
+		t.Errorf("quote kept %d bytes", len(got))
+	}
+}
+
+func TestNothingToSay(t *testing.T) {
+	e := defaultEngine(t, nil)
+	leak := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a",
+		Env: []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}}}}}
+	for name, req := range map[string]*Request{
+		"nil object":       {Operation: admissionv1.Create, Phase: Validating},
+		"unknown kind":     {Operation: admissionv1.Create, Phase: Validating, Object: &corev1.Service{}},
+		"delete":           {Operation: admissionv1.Delete, Phase: Validating, Object: leak},
+		"status update":    {Operation: admissionv1.Update, SubResource: "status", Phase: Validating, Object: leak, OldObject: leak},
+		"pod env update":   {Operation: admissionv1.Update, Phase: Validating, Object: leak, OldObject: leak},
+		"controller patch": {Operation: admissionv1.Create, Phase: Mutating, Object: deploymentOf(leak)},
+	} {
+		r := e.Evaluate(context.Background(), req)
+		if !r.Allowed || len(r.Violations)+len(r.Warnings)+len(r.Patch) != 0 || r.Patch == nil || r.Violations == nil {
+			t.Errorf("%s: want allowed untouched with empty (not null) lists, got %+v", name, r)
+		}
+	}
+}
+
+type failingConfigMaps struct{}
+
+func (failingConfigMaps) ConfigMapData(context.Context, string, string) (map[string]string, error) {
+	return nil, errors.New("connection refused")
+}
+
+func TestConfigMapReadErrorWarns(t *testing.T) {
+	e := defaultEngine(t, nil)
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "train",
+		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}},
+		EnvFrom:   []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}}}}}}}
+	r := e.Evaluate(context.Background(), &Request{Operation: admissionv1.Create, Phase: Validating, Object: pod, ConfigMaps: failingConfigMaps{}})
+	if !r.Allowed || len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "could not be read") {
+		t.Errorf("want one warning that the ConfigMap could not be read, got %+v", r)
+	}
+}
+
+func TestPatchOrder(t *testing.T) {
+	e := defaultEngine(t, func(s *config.PolicySpec) { s.Action = config.ActionStrip })
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Env: []corev1.EnvVar{
+		{Name: "NVIDIA_VISIBLE_DEVICES", Value: "none"},
+		{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"},
+		{Name: "KEEP", Value: "1"},
+		{Name: "NVIDIA_DRIVER_CAPABILITIES", Value: "all"},
+	}}}}}
+	r := e.Evaluate(context.Background(), &Request{Operation: admissionv1.Create, Phase: Mutating, Object: pod})
+	var got []string
+	for _, op := range r.Patch {
+		got = append(got, op.Operation+" "+op.Path)
+	}
+	want := []string{
+		"replace /spec/containers/0/env/0/value",
+		"remove /spec/containers/0/env/3",
+		"remove /spec/containers/0/env/1",
+	}
+	// The rewritten "none" is the last remaining NVIDIA_VISIBLE_DEVICES entry, so
+	// nothing needs appending.
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("patch:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func deploymentOf(pod *corev1.Pod) *appsv1.Deployment {
+	return &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: pod.Spec}}}
+}
