@@ -107,6 +107,7 @@ func (o *checkOptions) run(ctx context.Context, paths []string, stdin io.Reader,
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
 		if err := enc.Encode(results); err != nil {
 			return err
 		}

@@ -236,6 +236,11 @@ func checkStruct(n *yaml.Node, t reflect.Type, path *field.Path, lines map[strin
 		if path != nil {
 			child = path.Child(key.Value)
 		}
+		if first, dup := lines[child.String()]; dup {
+			problems = append(problems, Problem{Line: key.Line, Field: child.String(),
+				Message: fmt.Sprintf("field given twice (first on line %d)", first)})
+			continue
+		}
 		lines[child.String()] = key.Line
 		ft, ok := fields[key.Value]
 		if !ok {

@@ -43,7 +43,7 @@ func checkEnvFromUnprefixed(ev *evaluation, c *containerRef) {
 				"container %q takes envFrom without a prefix; keep NVIDIA_ keys out of it", c.c.Name)
 		case src.SecretRef != nil:
 			ev.report(RuleEnvFromUnprefixed, effectWarn, c, path,
-				"container %q takes Secret %q unprefixed; Secrets are not read: keep NVIDIA_ keys out", c.c.Name, src.SecretRef.Name)
+				"container %q: Secret %q is not read by gpuguard; keep NVIDIA_ keys out of it", c.c.Name, src.SecretRef.Name)
 		case src.ConfigMapRef != nil:
 			ev.inspectConfigMap(c, path, src.ConfigMapRef.Name)
 		}

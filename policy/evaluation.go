@@ -116,7 +116,7 @@ func appendUnique(s []int, i int) []int {
 // patch renders the planned edits as JSON Patch operations against the object as
 // given: value replacements, then removals from the highest index down, then appends.
 func (ev *evaluation) patch() []jsonpatch.Operation {
-	var ops []jsonpatch.Operation
+	ops := []jsonpatch.Operation{}
 	for k, c := range ev.containers {
 		ed := ev.edits[k]
 		if ed == nil {

@@ -1,0 +1,123 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpuguard/gpuguard/config"
+)
+
+const head = "apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\n"
+
+func TestDefault(t *testing.T) {
+	p := config.Default()
+	s := p.Spec
+	if s.Mode != config.ModeEnforce || s.Action != config.ActionDeny || !s.InjectVoid {
+		t.Errorf("defaults must be enforce, deny, inject: got %s, %s, %v", s.Mode, s.Action, s.InjectVoid)
+	}
+	if s.NamespaceModeOverride != config.OverrideTightenOnly || s.Env.UnprefixedEnvFromOnGPU != config.EnvFromInspect {
+		t.Errorf("namespace override %s, envFrom %s", s.NamespaceModeOverride, s.Env.UnprefixedEnvFromOnGPU)
+	}
+	if got := strings.Join(s.GPUResources, ","); got != "nvidia.com/gpu,nvidia.com/gpu.shared,nvidia.com/mig-*" {
+		t.Errorf("gpuResources = %s", got)
+	}
+	if len(s.Env.ProtectedVariables) != 8 || s.Advisories.Privileged != config.SeverityWarn {
+		t.Errorf("protected variables %d, privileged %s", len(s.Env.ProtectedVariables), s.Advisories.Privileged)
+	}
+	if _, err := config.Parse("default.yaml", config.DefaultYAML()); err != nil {
+		t.Errorf("the shipped default does not parse: %v", err)
+	}
+}
+
+func TestOmittedFieldsKeepDefaults(t *testing.T) {
+	p, err := config.Parse("p.yaml", []byte(head+"spec:\n  mode: warn\n  env:\n    protectedVariables:\n      - name: NVIDIA_GDS\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.Mode != config.ModeWarn || !p.Spec.InjectVoid || len(p.Spec.GPUResources) != 3 {
+		t.Errorf("mode %s inject %v gpuResources %v", p.Spec.Mode, p.Spec.InjectVoid, p.Spec.GPUResources)
+	}
+	if p.Spec.Env.UnprefixedEnvFromOnGPU != config.EnvFromInspect {
+		t.Errorf("a field left out of env lost its default: %q", p.Spec.Env.UnprefixedEnvFromOnGPU)
+	}
+	// A list given replaces the default whole: nothing of the default's first entry
+	// (NVIDIA_DRIVER_CAPABILITIES, allowed on GPU containers) may leak into it.
+	pv := p.Spec.Env.ProtectedVariables
+	if len(pv) != 1 || pv[0].Name != "NVIDIA_GDS" || pv[0].AllowOnGPUContainers || len(pv[0].AllowedValues) != 0 {
+		t.Errorf("protectedVariables = %+v", pv)
+	}
+	if p.Spec.Mode == config.Default().Spec.Mode {
+		t.Error("Default() must not share state with parsed policies")
+	}
+}
+
+func TestConfigMapWrapper(t *testing.T) {
+	cm := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: gpuguard-policy}\ndata:\n  policy.yaml: |\n    " +
+		strings.ReplaceAll(head, "\n", "\n    ") + "spec:\n      mode: audit\n"
+	p, err := config.Load("cm.yaml", []byte(cm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.Mode != config.ModeAudit {
+		t.Errorf("mode = %s", p.Spec.Mode)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+		want      []string // substrings of the error, in order
+	}{
+		{"unknown field", head + "spec:\n  mode: warn\n  mdoe: warn\n", []string{"p.yaml:5: spec.mdoe: unknown field", "injectVoid"}},
+		{"unknown top field", head + "specs: {}\n", []string{"p.yaml:3: specs: unknown field"}},
+		{"bad enum", head + "spec:\n  mode: enforcing\n", []string{"p.yaml:4: spec.mode: Unsupported value: \"enforcing\"", `"enforce", "warn", "audit"`}},
+		{"bad action", head + "spec:\n  action: drop\n", []string{"p.yaml:4: spec.action"}},
+		{"bool as string", head + "spec:\n  injectVoid: \"yes\"\n", []string{"p.yaml:4: spec.injectVoid: must be true or false"}},
+		{"list as scalar", head + "spec:\n  gpuResources: nvidia.com/gpu\n", []string{"p.yaml:4: spec.gpuResources: must be a list"}},
+		{"bad pattern", head + "spec:\n  gpuResources: [nvidia.com/gpu, 'nvidia.com/[mig']\n", []string{"p.yaml:4: spec.gpuResources[1]", "bad pattern"}},
+		{"empty gpu resources", head + "spec:\n  gpuResources: []\n", []string{"spec.gpuResources: Required value"}},
+		{"number for string", head + "spec:\n  nvidiaRuntimeClasses: [12]\n", []string{"spec.nvidiaRuntimeClasses[0]: must be a string"}},
+		{"visible devices listed", head + "spec:\n  env:\n    extraDeviceVariables: [NVIDIA_VISIBLE_DEVICES]\n", []string{"p.yaml:5: spec.env.extraDeviceVariables[0]", "always a device variable"}},
+		{"duplicate variable", head + "spec:\n  env:\n    extraDeviceVariables: [DOCKER_RESOURCE_GPU]\n    protectedVariables:\n      - name: DOCKER_RESOURCE_GPU\n", []string{"spec.env.protectedVariables[0].name: Duplicate value"}},
+		{"bad env name", head + "spec:\n  env:\n    extraDeviceVariables: [\"1GPU\"]\n", []string{"spec.env.extraDeviceVariables[0]: Invalid value"}},
+		{"values without allow", head + "spec:\n  env:\n    protectedVariables:\n      - name: NVIDIA_GDS\n        allowedValues: [enabled]\n", []string{"allowOnGPUContainers: true"}},
+		{"relative path", head + "spec:\n  sensitiveHostPaths: [dev]\n", []string{"spec.sensitiveHostPaths[0]", "absolute path"}},
+		{"bad severity", head + "spec:\n  advisories: {privileged: block}\n", []string{"spec.advisories.privileged: Unsupported value"}},
+		{"bad exemption", head + "spec:\n  exemptions:\n    serviceAccounts: [{namespace: Team_A, name: x}]\n", []string{"spec.exemptions.serviceAccounts[0].namespace"}},
+		{"empty prefix", head + "spec:\n  annotations: {deniedPrefixes: ['']}\n", []string{"would deny every annotation"}},
+		{"missing apiVersion", "kind: GPUGuardPolicy\nspec: {}\n", []string{"apiVersion: Required value"}},
+		{"wrong kind", "apiVersion: gpuguard.io/v1alpha1\nkind: Policy\n", []string{"kind: Unsupported value: \"Policy\""}},
+		{"two documents", head + "---\n" + head, []string{"one YAML document"}},
+		{"empty", "", []string{"empty policy document"}},
+		{"broken yaml", head + "spec: [\n", []string{"p.yaml:", "line"}},
+		{"duplicate key", head + "spec:\n  mode: warn\n  mode: audit\n", []string{"p.yaml:5: spec.mode: field given twice (first on line 4)"}},
+		{"configmap without key", "apiVersion: v1\nkind: ConfigMap\ndata:\n  other.yaml: x\n", []string{"has no key \"policy.yaml\""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := config.Load("p.yaml", []byte(tc.doc))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			msg := err.Error()
+			rest := msg
+			for _, w := range tc.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("error %q lacks %q", msg, w)
+				}
+				rest = rest[i+len(w):]
+			}
+			if _, ok := config.AsError(err); !ok {
+				t.Errorf("error is not a *config.Error: %T", err)
+			}
+		})
+	}
+}
+
+func TestConfigMapLineNumbers(t *testing.T) {
+	cm := "apiVersion: v1\nkind: ConfigMap\ndata:\n  policy.yaml: |\n    " + strings.ReplaceAll(head, "\n", "\n    ") + "spec:\n      mode: loud\n"
+	_, err := config.Load("cm.yaml", []byte(cm))
+	if err == nil || !strings.Contains(err.Error(), "cm.yaml: data[policy.yaml]:4: spec.mode") {
+		t.Errorf("want the line within the policy document, got %v", err)
+	}
+}

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The CLI tests run the built binary, as scripts and CI pipelines do.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gpuguard-cli")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "gpuguard")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		panic("building gpuguard: " + err.Error() + "\n" + string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type cliResult struct {
+	code           int
+	stdout, stderr string
+}
+
+func gpuguard(t *testing.T, stdin string, args ...string) cliResult {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	r := cliResult{code, out.String(), errOut.String()}
+	for _, s := range []string{r.stdout, r.stderr} {
+		if strings.Contains(s, "goroutine ") || strings.Contains(s, "panic:") {
+			t.Fatalf("gpuguard %v crashed:\n%s", args, s)
+		}
+	}
+	return r
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const plainPod = `apiVersion: v1
+kind: Pod
+metadata: {name: plain}
+spec:
+  containers: [{name: app, image: busybox}]
+`
+
+const leakPod = `apiVersion: v1
+kind: Pod
+metadata: {name: leak, namespace: team-a}
+spec:
+  containers:
+    - name: app
+      image: cuda
+      env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]
+`
+
+func TestCheckExamplesText(t *testing.T) {
+	r := gpuguard(t, "", "check", "examples/")
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1 (the examples include denied objects); stderr: %s", r.code, r.stderr)
+	}
+	for _, want := range []string{
+		"ALLOW   Job ml-team/resnet-train",
+		"MUTATE  Pod ml-team/notebook",
+		"DENY    Pod ml-team/free-gpus",
+		"DENY    Deployment ml-team/llm-serving",
+		"WARN    Pod ml-team/finetune",
+		"spec.containers[0].env[0] [device-env]",
+		"patch: add /spec/containers/0/env",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func TestCheckExamplesJSON(t *testing.T) {
+	r := gpuguard(t, "", "check", "-o", "json", "examples/")
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1; stderr: %s", r.code, r.stderr)
+	}
+	var results []map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(r.stdout), &results); err != nil {
+		t.Fatalf("stdout is not one JSON array: %v\n%s", err, r.stdout)
+	}
+	if len(results) != 9 {
+		t.Errorf("%d results, want one per evaluated object (9)", len(results))
+	}
+	verdicts := map[string]bool{}
+	for _, obj := range results {
+		for _, key := range []string{"apiVersion", "kind", "namespace", "name", "allowed", "violations", "warnings", "patch"} {
+			if v, ok := obj[key]; !ok || string(v) == "null" {
+				t.Errorf("%s: %q missing or null", obj["name"], key)
+			}
+		}
+		var allowed bool
+		var patch, violations []map[string]any
+		json.Unmarshal(obj["allowed"], &allowed)
+		json.Unmarshal(obj["patch"], &patch)
+		json.Unmarshal(obj["violations"], &violations)
+		switch {
+		case !allowed:
+			verdicts["deny"] = true
+			for _, v := range violations {
+				for _, key := range []string{"path", "rule", "message"} {
+					if v[key] == "" || v[key] == nil {
+						t.Errorf("violation lacks %s: %v", key, v)
+					}
+				}
+			}
+		case len(patch) > 0:
+			verdicts["mutate"] = true
+			if patch[0]["op"] != "add" || !strings.HasPrefix(patch[0]["path"].(string), "/spec/") {
+				t.Errorf("unexpected patch %v", patch)
+			}
+		default:
+			verdicts["allow"] = true
+		}
+	}
+	if len(verdicts) != 3 {
+		t.Errorf("want allowed, mutated and denied objects, got %v", verdicts)
+	}
+}
+
+func TestCheckExitStatus(t *testing.T) {
+	list := `{"apiVersion": "v1", "kind": "List", "items": [` +
+		`{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}, "spec": {"containers": [{"name": "c", "image": "x"}]}},` +
+		`{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}]}`
+	for _, tc := range []struct {
+		name  string
+		stdin string
+		args  []string
+		code  int
+		out   string // in stdout
+		err   string // in stderr
+	}{
+		{"allowed from stdin", plainPod, []string{"check", "-"}, 0, "MUTATE  Pod default/plain (<stdin>#1)", ""},
+		{"denied from stdin", leakPod, []string{"check", "-"}, 1, "DENY    Pod team-a/leak", ""},
+		{"warn mode allows", leakPod, []string{"check", "--mode", "warn", "-"}, 0, "WARN    Pod team-a/leak", ""},
+		{"audit mode allows", leakPod, []string{"check", "--mode", "audit", "-"}, 0, "audit: device-env=", ""},
+		{"kind List", list, []string{"check", "-"}, 0, "SKIP    Service s (<stdin>#1.2)", ""},
+		{"json list", list, []string{"check", "-o", "json", "-"}, 0, `"source": "<stdin>#1.1"`, "skipped: Service s"},
+		{"empty input", "", []string{"check", "-"}, 0, "0 objects", ""},
+		{"broken yaml", plainPod + "---\nkind: [\n", []string{"check", "-"}, 2, "", "<stdin>: document 2:"},
+		{"not an object", plainPod + "---\n- a\n- b\n", []string{"check", "-"}, 2, "", "<stdin>: document 2: not a Kubernetes object"},
+		{"no kind", "metadata: {name: x}\n", []string{"check", "-"}, 2, "", "apiVersion and kind are required"},
+		{"bad field type", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: 3}\n", []string{"check", "-"}, 2, "", `document 1: Pod "x"`},
+		{"missing file", "", []string{"check", "does-not-exist.yaml"}, 2, "", "does-not-exist.yaml: no such file"},
+		{"no paths", "", []string{"check"}, 2, "", "requires at least 1 arg"},
+		{"bad output", plainPod, []string{"check", "-o", "yaml", "-"}, 2, "", `-o "yaml": use text or json`},
+		{"bad mode", plainPod, []string{"check", "--mode", "strict", "-"}, 2, "", `--mode "strict"`},
+		{"unknown flag", "", []string{"check", "--colour", "-"}, 2, "", "unknown flag: --colour"},
+		{"version", "", []string{"version"}, 0, "gpuguard ", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := gpuguard(t, tc.stdin, tc.args...)
+			if r.code != tc.code {
+				t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", r.code, tc.code, r.stdout, r.stderr)
+			}
+			if !strings.Contains(r.stdout, tc.out) {
+				t.Errorf("stdout lacks %q:\n%s", tc.out, r.stdout)
+			}
+			if !strings.Contains(r.stderr, tc.err) {
+				t.Errorf("stderr lacks %q:\n%s", tc.err, r.stderr)
+			}
+		})
+	}
+}
+
+func TestCheckPolicyFlag(t *testing.T) {
+	stripPolicy := writeFile(t, "policy.yaml", "apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\nspec:\n  action: strip\n")
+	r := gpuguard(t, leakPod, "check", "--policy", stripPolicy, "-")
+	if r.code != 0 || !strings.Contains(r.stdout, "patch: remove /spec/containers/0/env/0") {
+		t.Errorf("strip policy: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	cm := writeFile(t, "cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: gpuguard-policy}\ndata:\n  policy.yaml: |\n"+
+		"    apiVersion: gpuguard.io/v1alpha1\n    kind: GPUGuardPolicy\n    spec:\n      mode: warn\n")
+	if r := gpuguard(t, leakPod, "check", "--policy", cm, "-"); r.code != 0 || !strings.Contains(r.stdout, "WARN") {
+		t.Errorf("ConfigMap policy in warn mode: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	bad := writeFile(t, "bad.yaml", "apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\nspec:\n  injectVoid: true\n  mdoe: warn\n")
+	r = gpuguard(t, plainPod, "check", "--policy", bad, "-")
+	if r.code != 2 || !strings.Contains(r.stderr, "bad.yaml:5: spec.mdoe: unknown field") {
+		t.Errorf("unknown policy field: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := gpuguard(t, plainPod, "check", "--policy", "nope.yaml", "-"); r.code != 2 || !strings.Contains(r.stderr, "nope.yaml") {
+		t.Errorf("missing policy file: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestCheckInputsServeInspection(t *testing.T) {
+	in := `apiVersion: v1
+kind: Namespace
+metadata: {name: lab, labels: {gpuguard.io/mode: enforce}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: env, namespace: lab}
+data: {NVIDIA_VISIBLE_DEVICES: all}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: lab}
+spec:
+  containers:
+    - name: train
+      image: pytorch
+      envFrom: [{configMapRef: {name: env}}]
+      resources: {limits: {nvidia.com/gpu: 1}}
+`
+	r := gpuguard(t, in, "check", "--mode", "audit", "-")
+	if r.code != 1 || !strings.Contains(r.stdout, "[envfrom-unprefixed]") {
+		t.Errorf("the ConfigMap in the input must be inspected and the Namespace label tighten audit to enforce: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+func TestCheckDirectoryWithoutManifests(t *testing.T) {
+	dir := t.TempDir()
+	if r := gpuguard(t, "", "check", dir); r.code != 2 || !strings.Contains(r.stderr, "no *.yaml") {
+		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
