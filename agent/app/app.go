@@ -1,0 +1,326 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuguard/gpuguard/agent/cdispec"
+	"github.com/gpuguard/gpuguard/agent/discovery"
+	"github.com/gpuguard/gpuguard/agent/health"
+	"github.com/gpuguard/gpuguard/agent/nodeconfig"
+	"github.com/gpuguard/gpuguard/agent/plugin"
+	"github.com/gpuguard/gpuguard/agent/strategy"
+)
+
+// ConfigError is a configuration the agent refuses to run with.
+type ConfigError struct{ Err error }
+
+func (e ConfigError) Error() string { return e.Err.Error() }
+func (e ConfigError) Unwrap() error { return e.Err }
+
+// Agent runs the node agent.
+type Agent struct {
+	cfg     Config
+	log     logr.Logger
+	backend *discovery.Backend
+
+	pluginMetrics *plugin.Metrics
+	hardening     *nodeconfig.Metrics
+	xids          *prometheus.CounterVec
+	otherPlugin   prometheus.Gauge
+	// healthWait bounds one NVML event wait (0: the watcher default).
+	healthWait time.Duration
+
+	mu      sync.Mutex
+	status  error // nil when the last start succeeded
+	serving []*plugin.Plugin
+}
+
+// New opens the backend; it does not start anything.
+func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Agent, error) {
+	if cfg.NodeName == "" {
+		cfg.NodeName = os.Getenv("NODE_NAME")
+	}
+	if cfg.NodeName == "" {
+		cfg.NodeName, _ = os.Hostname()
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, ConfigError{err}
+	}
+	b, err := discovery.OpenBackend(cfg.Backend, cfg.NodeName, cfg.NVMLLibrary)
+	if err != nil {
+		return nil, ConfigError{err}
+	}
+	a := &Agent{cfg: cfg, log: log, backend: b,
+		pluginMetrics: plugin.NewMetrics(reg),
+		hardening:     nodeconfig.NewMetrics(reg),
+		xids:          health.NewXIDCounter(reg),
+		otherPlugin: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpuguard_agent_other_device_plugin",
+			Help: "1 when another device plugin serves NVIDIA GPUs on this node, so the agent does not register.",
+		}),
+		status: errors.New("starting"),
+	}
+	reg.MustRegister(a.otherPlugin)
+	return a, nil
+}
+
+func (c Config) validate() error {
+	switch c.DevicePlugin {
+	case PluginAuto, PluginOn, PluginOff:
+	default:
+		return fmt.Errorf("--device-plugin=%s: want auto, on or off", c.DevicePlugin)
+	}
+	if _, err := strategy.Parse(c.DeviceListStrategy); err != nil {
+		return err
+	}
+	if _, err := strategy.ParseIDStrategy(c.DeviceIDStrategy); err != nil {
+		return err
+	}
+	if c.MIGStrategy != plugin.MIGNone && c.MIGStrategy != plugin.MIGMixed {
+		return fmt.Errorf("--mig-strategy=%s: want none or mixed", c.MIGStrategy)
+	}
+	if _, err := health.ParseXIDs(c.IgnoredXIDs); err != nil {
+		return err
+	}
+	if _, err := time.ParseDuration(c.RetryInterval); err != nil {
+		return fmt.Errorf("--retry-interval: %w", err)
+	}
+	return nil
+}
+
+// Backend is the opened discovery backend (tests reach the mock through it).
+func (a *Agent) Backend() *discovery.Backend { return a.backend }
+
+// Healthy is nil while the agent runs as configured.
+func (a *Agent) Healthy() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.status
+}
+
+// Serving lists the resources currently served.
+func (a *Agent) Serving() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, p := range a.serving {
+		out = append(out, p.Resource())
+	}
+	return out
+}
+
+func (a *Agent) setStatus(err error, serving []*plugin.Plugin) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.status = err
+	a.serving = serving
+}
+
+// Run serves until ctx ends. reload (SIGHUP) restarts with a fresh look at
+// the node; a re-created kubelet.sock restarts and re-registers. It returns
+// a ConfigError when the node's configuration rules out the chosen
+// strategy, or when NVML cannot be loaded.
+func (a *Agent) Run(ctx context.Context, reload <-chan struct{}) error {
+	if err := discovery.Init(a.backend.Lib); err != nil {
+		return ConfigError{err}
+	}
+	defer a.backend.Lib.Shutdown()
+	kubeletCreated, err := watchKubeletSocket(ctx, a.cfg.DevicePluginDir, a.log)
+	if err != nil {
+		return err
+	}
+	retry, _ := time.ParseDuration(a.cfg.RetryInterval)
+	for {
+		s, err := a.start(ctx)
+		var cfgErr ConfigError
+		if errors.As(err, &cfgErr) {
+			a.setStatus(err, nil)
+			return err
+		}
+		var retryC <-chan time.Time
+		if err != nil {
+			a.log.Error(err, "start failed; retrying", "after", retry.String())
+			a.setStatus(err, nil)
+			retryC = time.After(retry)
+		} else {
+			a.setStatus(nil, s.plugins)
+			if s.registerFailed {
+				retryC = time.After(retry)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			s.stop()
+			a.log.Info("stopped")
+			return nil
+		case <-kubeletCreated:
+			a.log.Info("kubelet.sock created: the kubelet restarted; serving and registering again")
+		case <-reload:
+			a.log.Info("reloading the configuration")
+		case <-retryC:
+			a.log.Info("retrying")
+		}
+		s.stop()
+	}
+}
+
+// session is one start of the plugins.
+type session struct {
+	plugins        []*plugin.Plugin
+	cancel         context.CancelFunc
+	wg             sync.WaitGroup
+	registerFailed bool
+}
+
+func (s *session) stop() {
+	if s == nil {
+		return
+	}
+	s.cancel()
+	s.wg.Wait()
+	for _, p := range s.plugins {
+		p.Stop()
+	}
+}
+
+func (a *Agent) locator() nodeconfig.Locator {
+	return nodeconfig.Locator{HostRoot: a.cfg.HostRoot, ToolkitConfig: a.cfg.ToolkitConfig, ContainerdConfig: a.cfg.ContainerdConfig}
+}
+
+func (a *Agent) start(ctx context.Context) (*session, error) {
+	inv, err := discovery.Discover(a.backend.Lib, discovery.Options{SysfsRoot: filepath.Join(a.cfg.HostRoot, "sys")})
+	if err != nil {
+		return nil, fmt.Errorf("discovering GPUs: %w", err)
+	}
+	a.log.Info("discovered GPUs", "backend", a.backend.Name, "summary", inv.Summary(), "driver", inv.DriverVersion, "cuda", inv.CUDADriverVersion)
+	for _, g := range inv.GPUs {
+		a.log.V(1).Info("GPU", "index", g.Index, "uuid", g.UUID, "name", g.Name, "memoryBytes", g.MemoryBytes, "pciBusID", g.PCIBusID, "minor", g.Minor, "numa", g.NUMANode, "mig", g.MIGEnabled)
+		for _, m := range g.MIG {
+			a.log.V(1).Info("MIG device", "index", m.IndexID(), "uuid", m.UUID, "profile", m.Profile)
+		}
+	}
+
+	loc := a.locator()
+	version := a.cfg.ToolkitVersion
+	if version == "" {
+		version = loc.ProbeToolkitVersion(ctx)
+	}
+	in := loc.Collect(version)
+	report := nodeconfig.BuildReport(in)
+	a.hardening.Set(report)
+	for _, c := range report.Checks {
+		a.log.Info("node hardening check", "check", c.ID, "status", c.Status, "value", c.Value, "detail", c.Detail)
+	}
+	a.log.Info("node hardening report", "hardened", report.Hardened(), "summary", report.String())
+
+	s := &session{}
+	sctx, cancel := context.WithCancel(ctx)
+	s.cancel = cancel
+	if a.cfg.DevicePlugin == PluginOff {
+		a.log.Info("device plugin off (--device-plugin=off): reporting only")
+		return s, nil
+	}
+	if a.cfg.DevicePlugin == PluginAuto {
+		if others := plugin.FindOtherPlugins(ctx, a.cfg.DevicePluginDir); len(others) > 0 {
+			a.otherPlugin.Set(1)
+			a.log.Info("another device plugin already serves NVIDIA GPUs on this node; not registering, to avoid both fighting over the resource (pass --device-plugin=on after removing it)", "sockets", others)
+			return s, nil
+		}
+		a.otherPlugin.Set(0)
+	}
+
+	choice, err := strategy.Resolve(a.cfg.DeviceListStrategy, in.Toolkit, in.Containerd)
+	if err != nil {
+		cancel()
+		return nil, ConfigError{err}
+	}
+	if choice.Warning != "" {
+		a.log.Info("WARNING: "+choice.Warning, "strategy", choice.List.String())
+	}
+	a.log.Info("device list strategy", "strategy", choice.List.String(), "reason", choice.Reason)
+	ids, _ := strategy.ParseIDStrategy(a.cfg.DeviceIDStrategy)
+	b := &strategy.Builder{Strategies: choice.List, IDs: ids, AnnotationPrefix: a.cfg.CDIAnnotationPrefix}
+
+	resources, err := plugin.BuildResources(inv, a.cfg.MIGStrategy)
+	if err != nil {
+		cancel()
+		return nil, ConfigError{err}
+	}
+	if choice.List.UsesCDI() {
+		var names []string
+		for _, r := range resources {
+			for _, d := range r.Devices {
+				if ids == strategy.IDIndex {
+					names = append(names, d.Ref.Index)
+				} else {
+					names = append(names, d.Ref.UUID)
+				}
+			}
+		}
+		cfg := cdispec.Config{Mode: a.cfg.CDISpec, WriteDir: filepath.Join(a.cfg.HostRoot, a.cfg.CDISpecDir)}
+		if in.Toolkit != nil {
+			cfg.ToolkitKind = in.Toolkit.CDIDefaultKind
+			for _, d := range in.Toolkit.CDISpecDirs {
+				cfg.SpecDirs = append(cfg.SpecDirs, filepath.Join(a.cfg.HostRoot, d))
+			}
+		} else {
+			cfg.SpecDirs = []string{filepath.Join(a.cfg.HostRoot, "/etc/cdi"), filepath.Join(a.cfg.HostRoot, "/var/run/cdi")}
+		}
+		res, err := cdispec.Ensure(cfg, inv, names)
+		if err != nil {
+			cancel()
+			return nil, ConfigError{err}
+		}
+		a.log.Info("CDI spec", "source", res.Source, "kind", res.Kind, "path", res.Path, "missingFromToolkitSpec", len(res.Missing))
+		b.CDIKind = res.Kind
+	}
+
+	if len(resources) == 0 {
+		a.log.Info("no devices found; waiting")
+	}
+	kubeletSocket := filepath.Join(a.cfg.DevicePluginDir, plugin.KubeletSocketName)
+	for _, r := range resources {
+		p := plugin.New(plugin.Options{Resource: r, Dir: a.cfg.DevicePluginDir, Builder: b, Log: a.log, Metrics: a.pluginMetrics})
+		if err := p.Start(); err != nil {
+			s.stop()
+			return nil, err
+		}
+		s.plugins = append(s.plugins, p)
+		if err := p.Register(ctx, kubeletSocket); err != nil {
+			a.log.Error(err, "registration failed; waiting for the kubelet")
+			s.registerFailed = true
+		}
+	}
+
+	if a.cfg.HealthChecks && len(s.plugins) > 0 {
+		ignored, _ := health.ParseXIDs(a.cfg.IgnoredXIDs)
+		w := &health.Watcher{
+			Lib: a.backend.Lib, Inventory: inv, Ignored: ignored, Log: a.log.WithName("health"), XIDs: a.xids,
+			WaitTimeout: a.healthWait,
+			Update: func(u health.Update) {
+				for _, p := range s.plugins {
+					if p.Has(u.ID) {
+						p.SetHealth(u.ID, u.Healthy, u.Reason)
+					}
+				}
+			},
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := w.Run(sctx); err != nil {
+				a.log.Error(err, "health checks unavailable; devices stay healthy")
+			}
+		}()
+	}
+	return s, nil
+}

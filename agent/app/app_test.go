@@ -1,0 +1,400 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpuguard/gpuguard/agent/kubelettest"
+)
+
+func shortDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "gg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func testConfig(t *testing.T, dir, scenario string) Config {
+	t.Helper()
+	root, err := filepath.Abs("../nodeconfig/testdata/" + scenario)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Backend = "mock:dgxa100"
+	cfg.NodeName = "node-1"
+	cfg.DevicePluginDir = dir
+	cfg.HostRoot = root
+	cfg.ToolkitVersion = "1.17.8"
+	cfg.MetricsAddr = ""
+	return cfg
+}
+
+type running struct {
+	agent  *Agent
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run returned
+	err    error
+	reload chan struct{}
+}
+
+// stopped waits for Run to return.
+func (r *running) stopped(t *testing.T) error {
+	t.Helper()
+	select {
+	case <-r.done:
+		return r.err
+	case <-time.After(15 * time.Second):
+		t.Fatal("agent did not stop")
+		return nil
+	}
+}
+
+func waitHealthy(t *testing.T, a *Agent) {
+	t.Helper()
+	ctx := wait(t)
+	for a.Healthy() != nil {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("agent never became healthy: %v", a.Healthy())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func run(t *testing.T, cfg Config) *running {
+	t.Helper()
+	a, err := New(cfg, logr.Discard(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.healthWait = 50 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{agent: a, cancel: cancel, done: make(chan struct{}), reload: make(chan struct{}, 1)}
+	go func() {
+		r.err = a.Run(ctx, r.reload)
+		close(r.done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		r.stopped(t)
+	})
+	return r
+}
+
+func wait(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func gpuRegistrations(n int) func([]*pluginapi.RegisterRequest) bool {
+	return func(regs []*pluginapi.RegisterRequest) bool {
+		c := 0
+		for _, r := range regs {
+			if r.ResourceName == "nvidia.com/gpu" {
+				c++
+			}
+		}
+		return c >= n
+	}
+}
+
+func TestAgentServesMockNodeAndSurvivesKubeletRestart(t *testing.T) {
+	dir := shortDir(t)
+	k, err := kubelettest.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, testConfig(t, dir, "hardened"))
+	regs, err := k.WaitFor(wait(t), gpuRegistrations(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, closeFn, err := kubelettest.Dial(dir, regs[0].Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	ctx := wait(t)
+	stream, err := c.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Devices) != 8 {
+		t.Fatalf("%d devices, want 8", len(list.Devices))
+	}
+	// The hardened sample node accepts volume mounts: auto picks them.
+	resp, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{list.Devices[0].ID}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.ContainerResponses[0].Mounts; len(got) != 1 || got[0].ContainerPath != "/var/run/nvidia-container-devices/"+list.Devices[0].ID {
+		t.Fatalf("mounts %v", got)
+	}
+
+	// An XID from NVML reaches the kubelet.
+	r.agent.Backend().Mock.Events.SendXID(r.agent.Backend().Mock.Server.Devices[1], 79)
+	next, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Devices[1].Health != pluginapi.Unhealthy {
+		t.Fatalf("device 1 after XID 79: %v", next.Devices[1])
+	}
+
+	// The kubelet restarts: its socket goes away and comes back.
+	k.Stop()
+	k2, err := kubelettest.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k2.Stop()
+	regs2, err := k2.WaitFor(wait(t), gpuRegistrations(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if regs2[0].Endpoint != regs[0].Endpoint {
+		t.Errorf("endpoint changed: %s → %s", regs[0].Endpoint, regs2[0].Endpoint)
+	}
+	if err := r.agent.Healthy(); err != nil {
+		t.Errorf("healthy: %v", err)
+	}
+
+	// SIGHUP (reload) re-registers too.
+	r.reload <- struct{}{}
+	if _, err := k2.WaitFor(wait(t), gpuRegistrations(2)); err != nil {
+		t.Fatal(err)
+	}
+
+	// SIGTERM: clean stop, socket removed.
+	r.cancel()
+	if err := r.stopped(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, regs[0].Endpoint)); !os.IsNotExist(err) {
+		t.Errorf("plugin socket left after stop: %v", err)
+	}
+}
+
+func TestAgentRegistersWhenKubeletComesLater(t *testing.T) {
+	dir := shortDir(t)
+	cfg := testConfig(t, dir, "operator-cdi")
+	cfg.Backend = "mock:dgxh100:mig"
+	cfg.CDISpecDir = "/tmp-own-cdi" // unused: the test writes no toolkit spec, so auto writes the own spec here
+	cfg.HostRoot = shortDir(t)
+	copyTree(t, "../nodeconfig/testdata/operator-cdi", cfg.HostRoot)
+	run(t, cfg)
+	k, err := kubelettest.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	regs, err := k.WaitFor(wait(t), func(regs []*pluginapi.RegisterRequest) bool { return len(regs) >= 4 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, reg := range regs {
+		names[reg.ResourceName] = true
+	}
+	for _, want := range []string{"nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb"} {
+		if !names[want] {
+			t.Errorf("resource %s not registered (got %v)", want, names)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(cfg.HostRoot, "tmp-own-cdi", "gpuguard.dev-gpu.yaml")); err != nil {
+		t.Errorf("own CDI spec not written: %v", err)
+	}
+}
+
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		if info.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, data, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type answeringPlugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+}
+
+func (answeringPlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{}, nil
+}
+
+func TestAgentStaysOffWhenAnotherPluginServes(t *testing.T) {
+	dir := shortDir(t)
+	l, err := net.Listen("unix", filepath.Join(dir, "nvidia-gpu.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(s, answeringPlugin{})
+	go func() { _ = s.Serve(l) }()
+	defer s.Stop()
+	k, err := kubelettest.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+
+	cfg := testConfig(t, dir, "hardened")
+	cfg.MetricsAddr = "127.0.0.1:0"
+	r := run(t, cfg)
+	// Wait until the agent settled (healthy), then check it did not
+	// register or open a socket.
+	waitHealthy(t, r.agent)
+	if regs := k.Registrations(); len(regs) != 0 {
+		t.Fatalf("registered although another plugin serves: %v", regs)
+	}
+	if got := r.agent.Serving(); len(got) != 0 {
+		t.Fatalf("serving %v", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "gpuguard-nvidia.com-gpu.sock")); !os.IsNotExist(err) {
+		t.Fatalf("socket exists: %v", err)
+	}
+
+	// --device-plugin=on takes over regardless.
+	dir2 := shortDir(t)
+	k2, _ := kubelettest.Start(dir2)
+	defer k2.Stop()
+	l2, _ := net.Listen("unix", filepath.Join(dir2, "nvidia-gpu.sock"))
+	s2 := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(s2, answeringPlugin{})
+	go func() { _ = s2.Serve(l2) }()
+	defer s2.Stop()
+	cfg2 := testConfig(t, dir2, "hardened")
+	cfg2.DevicePlugin = PluginOn
+	run(t, cfg2)
+	if _, err := k2.WaitFor(wait(t), gpuRegistrations(1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAgentRefusesStrategyTheToolkitIgnores(t *testing.T) {
+	dir := shortDir(t)
+	cfg := testConfig(t, dir, "default")
+	cfg.DeviceListStrategy = "volume-mounts"
+	a, err := New(cfg, logr.Discard(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = a.Run(wait(t), nil)
+	var ce ConfigError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "accept-nvidia-visible-devices-as-volume-mounts = true") {
+		t.Fatalf("got %v", err)
+	}
+	if a.Healthy() == nil {
+		t.Error("healthy after refusing to start")
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	for name, mutate := range map[string]func(*Config){
+		"plugin mode":  func(c *Config) { c.DevicePlugin = "maybe" },
+		"strategy":     func(c *Config) { c.DeviceListStrategy = "envvar,volume-mounts" },
+		"id strategy":  func(c *Config) { c.DeviceIDStrategy = "serial" },
+		"mig strategy": func(c *Config) { c.MIGStrategy = "single" },
+		"xids":         func(c *Config) { c.IgnoredXIDs = "13,abc" },
+		"backend":      func(c *Config) { c.Backend = "mock:dgx1" },
+		"retry":        func(c *Config) { c.RetryInterval = "soon" },
+	} {
+		cfg := testConfig(t, "/nonexistent", "hardened")
+		mutate(&cfg)
+		_, err := New(cfg, logr.Discard(), prometheus.NewRegistry())
+		var ce ConfigError
+		if !errors.As(err, &ce) {
+			t.Errorf("%s: got %v, want a ConfigError", name, err)
+		}
+	}
+}
+
+func TestMetricsAndHealthz(t *testing.T) {
+	dir := shortDir(t)
+	k, _ := kubelettest.Start(dir)
+	defer k.Stop()
+	reg := prometheus.NewRegistry()
+	a, err := New(testConfig(t, dir, "default"), logr.Discard(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.healthWait = 50 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	if err := a.ServeHTTP(ctx, addr, reg); err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != http.StatusServiceUnavailable {
+		t.Errorf("healthz before start: %d", code)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx, nil) }()
+	if _, err := k.WaitFor(wait(t), gpuRegistrations(1)); err != nil {
+		t.Fatal(err)
+	}
+	waitHealthy(t, a)
+	if code, body := get("/healthz"); code != http.StatusOK {
+		t.Errorf("healthz: %d %s", code, body)
+	}
+	_, body := get("/metrics")
+	for _, want := range []string{
+		`gpuguard_agent_node_hardening_check{check="envvar_when_unprivileged_rejected",status="fail"} 1`,
+		`gpuguard_agent_node_hardened 0`,
+		`gpuguard_agent_devices{health="Healthy",resource="nvidia.com/gpu"} 8`,
+		`gpuguard_agent_plugin_registered{resource="nvidia.com/gpu"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	cancel()
+	<-done
+}

@@ -1,0 +1,87 @@
+// Package app wires the node agent together: discovery, the hardening
+// report, the device plugins, health checks and kubelet restarts.
+package app
+
+import (
+	"github.com/spf13/pflag"
+
+	"github.com/gpuguard/gpuguard/agent/cdispec"
+	"github.com/gpuguard/gpuguard/agent/health"
+	"github.com/gpuguard/gpuguard/agent/plugin"
+	"github.com/gpuguard/gpuguard/agent/strategy"
+)
+
+// Device plugin modes.
+const (
+	PluginAuto = "auto"
+	PluginOn   = "on"
+	PluginOff  = "off"
+)
+
+// Config is the agent's configuration (its flags).
+type Config struct {
+	Backend     string
+	NodeName    string
+	NVMLLibrary string
+
+	DevicePluginDir     string
+	DevicePlugin        string
+	DeviceListStrategy  string
+	DeviceIDStrategy    string
+	MIGStrategy         string
+	CDISpec             string
+	CDISpecDir          string
+	CDIAnnotationPrefix string
+
+	HostRoot         string
+	ToolkitConfig    string
+	ContainerdConfig string
+	ToolkitVersion   string
+
+	IgnoredXIDs   string
+	HealthChecks  bool
+	MetricsAddr   string
+	RetryInterval string
+}
+
+// DefaultConfig has the flags' defaults.
+func DefaultConfig() Config {
+	return Config{
+		Backend:            "nvml",
+		DevicePluginDir:    "/var/lib/kubelet/device-plugins",
+		DevicePlugin:       PluginAuto,
+		DeviceListStrategy: strategy.Auto,
+		DeviceIDStrategy:   string(strategy.IDUUID),
+		MIGStrategy:        plugin.MIGMixed,
+		CDISpec:            cdispec.ModeAuto,
+		CDISpecDir:         "/var/run/cdi",
+		HostRoot:           "/",
+		IgnoredXIDs:        health.FormatXIDs(health.DefaultIgnoredXIDs),
+		HealthChecks:       true,
+		MetricsAddr:        ":9465",
+		RetryInterval:      "30s",
+	}
+}
+
+// AddFlags binds the configuration to flags.
+func (c *Config) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.Backend, "backend", c.Backend, "GPU discovery backend: nvml (libnvidia-ml.so.1), or mock:NAME[:mig] with NAME one of dgxa100, dgxh100, dgxh200, dgxb200 (no GPU needed)")
+	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "node name (defaults to $NODE_NAME, then the host name); seeds mock device UUIDs")
+	fs.StringVar(&c.NVMLLibrary, "nvml-library", c.NVMLLibrary, "path of libnvidia-ml.so.1 when not on the loader path")
+	fs.StringVar(&c.DevicePluginDir, "device-plugin-dir", c.DevicePluginDir, "the kubelet's device plugin directory (holds kubelet.sock)")
+	fs.StringVar(&c.DevicePlugin, "device-plugin", c.DevicePlugin, "auto: serve unless another plugin already serves NVIDIA GPUs on this node; on: always; off: only report")
+	fs.StringVar(&c.DeviceListStrategy, "device-list-strategy", c.DeviceListStrategy, "how containers get their devices: auto, or a list of envvar, volume-mounts, cdi-annotations, cdi-cri")
+	fs.StringVar(&c.DeviceIDStrategy, "device-id-strategy", c.DeviceIDStrategy, "how devices are named to the runtime: uuid or index")
+	fs.StringVar(&c.MIGStrategy, "mig-strategy", c.MIGStrategy, "none (full GPUs only) or mixed (one resource per MIG profile, e.g. nvidia.com/mig-1g.10gb)")
+	fs.StringVar(&c.CDISpec, "cdi-spec", c.CDISpec, "for CDI strategies: toolkit (devices must be in the toolkit's spec), own (write the agent's spec), auto (toolkit's if complete, else own)")
+	fs.StringVar(&c.CDISpecDir, "cdi-spec-dir", c.CDISpecDir, "host directory the agent writes its own CDI spec to")
+	fs.StringVar(&c.CDIAnnotationPrefix, "cdi-annotation-prefix", c.CDIAnnotationPrefix, "prefix of CDI annotation keys (default cdi.k8s.io/)")
+	fs.StringVar(&c.HostRoot, "host-root", c.HostRoot, "where the host's file system is mounted, for the toolkit and containerd configs")
+	fs.StringVar(&c.ToolkitConfig, "toolkit-config", c.ToolkitConfig, "host path of the NVIDIA Container Toolkit config.toml (default: searched)")
+	fs.StringVar(&c.ContainerdConfig, "containerd-config", c.ContainerdConfig, "host path of containerd's config.toml (default: searched)")
+	fs.StringVar(&c.ToolkitVersion, "toolkit-version", c.ToolkitVersion, "NVIDIA Container Toolkit version (default: nvidia-ctk --version on the host)")
+	fs.StringVar(&c.IgnoredXIDs, "health-ignored-xids", c.IgnoredXIDs, "XIDs that do not make a GPU unhealthy (comma list, or none)")
+	fs.BoolVar(&c.HealthChecks, "health-checks", c.HealthChecks, "watch NVML for XID errors")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address of /metrics and /healthz (empty: off)")
+	fs.StringVar(&c.RetryInterval, "retry-interval", c.RetryInterval, "how long to wait before retrying a failed start or registration")
+}

@@ -1,0 +1,225 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuguard/gpuguard/agent/discovery"
+)
+
+// Update is a health change of one device (GPU or MIG device), by UUID.
+type Update struct {
+	ID      string
+	Healthy bool
+	Reason  string
+}
+
+// allInstances is NVML's GPU/compute instance ID for "not a MIG event".
+const allInstances = 0xFFFFFFFF
+
+// Watcher turns NVML XID events into health updates.
+type Watcher struct {
+	Lib       nvml.Interface
+	Inventory *discovery.Inventory
+	// Ignored XIDs do not make a device unhealthy.
+	Ignored map[uint64]bool
+	Log     logr.Logger
+	// Update receives every health change.
+	Update func(Update)
+	// WaitTimeout bounds one EventSet.Wait (default 5s): the watcher
+	// notices cancellation within it.
+	WaitTimeout time.Duration
+	// After FailureThreshold consecutive Wait failures (default 3) every
+	// device is reported unhealthy, until a Wait succeeds again.
+	FailureThreshold int
+	// Backoff after a failed Wait doubles from MinBackoff (default 100ms)
+	// up to MaxBackoff (default 30s).
+	MinBackoff, MaxBackoff time.Duration
+	// Sleep waits d or until ctx ends (tests replace it); nil means a timer.
+	Sleep func(ctx context.Context, d time.Duration)
+	// XIDs counts XID events (optional).
+	XIDs *prometheus.CounterVec
+}
+
+// NewXIDCounter registers gpuguard_agent_xid_events_total with reg.
+func NewXIDCounter(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuguard_agent_xid_events_total",
+		Help: "XID critical error events seen, by XID and whether it was ignored.",
+	}, []string{"xid", "ignored"})
+	reg.MustRegister(c)
+	return c
+}
+
+type gpuTarget struct {
+	gpu discovery.GPU
+}
+
+// Run registers for XID events and watches until ctx ends. It returns an
+// error only when no event set can be created at all.
+func (w *Watcher) Run(ctx context.Context) error {
+	w.defaults()
+	set, ret := w.Lib.EventSetCreate()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("creating an NVML event set: %v", ret)
+	}
+	defer set.Free()
+	targets := map[string]gpuTarget{}
+	for _, g := range w.Inventory.GPUs {
+		h, ret := w.Lib.DeviceGetHandleByUUID(g.UUID)
+		if ret != nvml.SUCCESS {
+			w.Log.Info("cannot open GPU for health checks", "gpu", g.UUID, "error", ret.Error())
+			continue
+		}
+		supported, ret := h.GetSupportedEventTypes()
+		if ret != nvml.SUCCESS || supported&nvml.EventTypeXidCriticalError == 0 {
+			w.Log.Info("GPU does not report XID events; it is not health-checked", "gpu", g.UUID)
+			continue
+		}
+		if ret := h.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret != nvml.SUCCESS {
+			w.Log.Info("cannot register for XID events; GPU is not health-checked", "gpu", g.UUID, "error", ret.Error())
+			continue
+		}
+		targets[g.UUID] = gpuTarget{gpu: g}
+	}
+	w.Log.Info("health checks running", "gpus", len(targets), "ignoredXIDs", len(w.Ignored))
+
+	xidBad := map[string]bool{} // devices made unhealthy by an XID: they stay so
+	failures := 0
+	waitDown := false
+	for ctx.Err() == nil {
+		data, ret := set.Wait(uint32(w.WaitTimeout / time.Millisecond))
+		if ret != nvml.SUCCESS && ret != nvml.ERROR_TIMEOUT {
+			failures++
+			w.Log.Error(errors.New(ret.Error()), "waiting for NVML events failed", "consecutiveFailures", failures)
+			if failures >= w.FailureThreshold && !waitDown {
+				waitDown = true
+				for _, id := range w.allDevices() {
+					if !xidBad[id] {
+						w.Update(Update{ID: id, Healthy: false, Reason: "NVML event wait failing: " + ret.Error()})
+					}
+				}
+			}
+			w.Sleep(ctx, w.backoff(failures))
+			continue
+		}
+		failures = 0
+		if waitDown {
+			waitDown = false
+			w.Log.Info("NVML event wait recovered")
+			for _, id := range w.allDevices() {
+				if !xidBad[id] {
+					w.Update(Update{ID: id, Healthy: true, Reason: "NVML event wait recovered"})
+				}
+			}
+		}
+		if ret == nvml.ERROR_TIMEOUT || data.EventType != nvml.EventTypeXidCriticalError {
+			continue
+		}
+		xid := data.EventData
+		ignored := w.Ignored[xid]
+		if w.XIDs != nil {
+			w.XIDs.WithLabelValues(strconv.FormatUint(xid, 10), strconv.FormatBool(ignored)).Inc()
+		}
+		uuid := ""
+		if data.Device != nil {
+			uuid, _ = data.Device.GetUUID()
+		}
+		if ignored {
+			w.Log.Info("ignoring application XID", "xid", xid, "gpu", uuid)
+			continue
+		}
+		ids := w.affected(targets, uuid, data.GpuInstanceId, data.ComputeInstanceId)
+		if len(ids) == 0 {
+			// An event naming no known device: like NVIDIA's plugin,
+			// assume the worst for every device.
+			ids = w.allDevices()
+		}
+		for _, id := range ids {
+			if !xidBad[id] {
+				xidBad[id] = true
+				w.Update(Update{ID: id, Healthy: false, Reason: "XID " + strconv.FormatUint(xid, 10)})
+			}
+		}
+	}
+	return nil
+}
+
+// affected lists the devices an event on GPU uuid (GPU/compute instance
+// gi/ci) touches: the GPU itself, or its matching MIG devices.
+func (w *Watcher) affected(targets map[string]gpuTarget, uuid string, gi, ci uint32) []string {
+	t, ok := targets[uuid]
+	if !ok {
+		return nil
+	}
+	if !t.gpu.MIGEnabled {
+		return []string{t.gpu.UUID}
+	}
+	var ids []string
+	for _, m := range t.gpu.MIG {
+		if gi == allInstances || (uint32(m.GPUInstanceID) == gi && (ci == allInstances || uint32(m.ComputeInstanceID) == ci)) {
+			ids = append(ids, m.UUID)
+		}
+	}
+	return ids
+}
+
+func (w *Watcher) allDevices() []string {
+	var ids []string
+	for _, g := range w.Inventory.GPUs {
+		ids = append(ids, g.UUID)
+		for _, m := range g.MIG {
+			ids = append(ids, m.UUID)
+		}
+	}
+	return ids
+}
+
+func (w *Watcher) backoff(failures int) time.Duration {
+	d := w.MinBackoff
+	for i := 1; i < failures && d < w.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, w.MaxBackoff)
+}
+
+func (w *Watcher) defaults() {
+	if w.WaitTimeout <= 0 {
+		w.WaitTimeout = 5 * time.Second
+	}
+	if w.FailureThreshold <= 0 {
+		w.FailureThreshold = 3
+	}
+	if w.MinBackoff <= 0 {
+		w.MinBackoff = 100 * time.Millisecond
+	}
+	if w.MaxBackoff <= 0 {
+		w.MaxBackoff = 30 * time.Second
+	}
+	if w.Sleep == nil {
+		w.Sleep = func(ctx context.Context, d time.Duration) {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+		}
+	}
+	if w.Update == nil {
+		w.Update = func(Update) {}
+	}
+	if w.Ignored == nil {
+		w.Ignored = map[uint64]bool{}
+		for _, x := range DefaultIgnoredXIDs {
+			w.Ignored[x] = true
+		}
+	}
+}

@@ -1,0 +1,89 @@
+// Package plugin is the kubelet device plugin: one gRPC server per resource
+// on a unix socket in the device plugin directory.
+package plugin
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gpuguard/gpuguard/agent/discovery"
+	"github.com/gpuguard/gpuguard/agent/strategy"
+)
+
+// GPUResource is the resource of full GPUs.
+const GPUResource = "nvidia.com/gpu"
+
+// MIG strategies.
+const (
+	MIGNone  = "none"  // full GPUs only, MIG mode ignored
+	MIGMixed = "mixed" // full GPUs plus one resource per MIG profile
+)
+
+// Device is one device of a resource as the plugin sees it.
+type Device struct {
+	// ID is what the kubelet knows the device by: its UUID.
+	ID       string
+	Ref      strategy.DeviceRef
+	NUMANode int
+	PCIBusID string
+}
+
+// Resource is a resource name and its devices, in discovery order.
+type Resource struct {
+	Name    string
+	Devices []Device
+}
+
+// SocketName is the plugin's socket for a resource in the plugin dir.
+func SocketName(resource string) string {
+	return "gpuguard-" + strings.NewReplacer("/", "-", "+", ".").Replace(resource) + ".sock"
+}
+
+// BuildResources groups the inventory into resources.
+func BuildResources(inv *discovery.Inventory, migStrategy string) ([]Resource, error) {
+	if migStrategy != MIGNone && migStrategy != MIGMixed {
+		return nil, fmt.Errorf("--mig-strategy=%s: want none or mixed", migStrategy)
+	}
+	gpus := Resource{Name: GPUResource}
+	byProfile := map[string]*Resource{}
+	for _, g := range inv.GPUs {
+		if migStrategy == MIGNone || !g.MIGEnabled {
+			gpus.Devices = append(gpus.Devices, Device{
+				ID:       g.UUID,
+				Ref:      strategy.DeviceRef{UUID: g.UUID, Index: strconv.Itoa(g.Index)},
+				NUMANode: g.NUMANode,
+				PCIBusID: g.PCIBusID,
+			})
+			continue
+		}
+		for _, m := range g.MIG {
+			name := "nvidia.com/mig-" + strings.NewReplacer("+", ".", ",", ".").Replace(m.Profile)
+			r := byProfile[name]
+			if r == nil {
+				r = &Resource{Name: name}
+				byProfile[name] = r
+			}
+			r.Devices = append(r.Devices, Device{
+				ID:       m.UUID,
+				Ref:      strategy.DeviceRef{UUID: m.UUID, Index: m.IndexID()},
+				NUMANode: g.NUMANode,
+				PCIBusID: g.PCIBusID,
+			})
+		}
+	}
+	var out []Resource
+	if len(gpus.Devices) > 0 {
+		out = append(out, gpus)
+	}
+	names := make([]string, 0, len(byProfile))
+	for n := range byProfile {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		out = append(out, *byProfile[n])
+	}
+	return out, nil
+}

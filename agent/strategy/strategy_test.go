@@ -1,0 +1,127 @@
+package strategy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpuguard/gpuguard/agent/nodeconfig"
+)
+
+func toolkit(t *testing.T, scenario string) (*nodeconfig.ToolkitConfig, *nodeconfig.ContainerdConfig) {
+	t.Helper()
+	l := nodeconfig.Locator{HostRoot: "../nodeconfig/testdata/" + scenario, Getenv: func(string) string { return "" }}
+	tk, err := l.LoadToolkitConfig()
+	if err != nil || tk == nil {
+		t.Fatalf("toolkit config of %s: %v", scenario, err)
+	}
+	c, err := l.LoadContainerdConfig()
+	if err != nil || c == nil {
+		t.Fatalf("containerd config of %s: %v", scenario, err)
+	}
+	return tk, c
+}
+
+func TestParse(t *testing.T) {
+	good := map[string]string{
+		"envvar":                          "envvar",
+		"volume-mounts":                   "volume-mounts",
+		"cdi-cri,cdi-annotations":         "cdi-annotations,cdi-cri",
+		" envvar , cdi-cri ":              "envvar,cdi-cri",
+		"cdi-annotations,cdi-annotations": "cdi-annotations",
+	}
+	for in, want := range good {
+		l, err := Parse(in)
+		if err != nil || l.String() != want {
+			t.Errorf("Parse(%q) = %q, %v; want %q", in, l, err, want)
+		}
+	}
+	if l, err := Parse("auto"); l != nil || err != nil {
+		t.Errorf("auto: %v %v", l, err)
+	}
+	for _, bad := range []string{"env", "envvar,volume-mounts", "auto,envvar", "cdi", ",", "envvar,"} {
+		if _, err := Parse(bad); err == nil {
+			t.Errorf("Parse(%q): no error", bad)
+		}
+	}
+}
+
+func TestAutoChoices(t *testing.T) {
+	cases := []struct {
+		scenario string
+		want     string
+		warn     string
+	}{
+		{"hardened", "volume-mounts", ""},
+		{"default", "envvar", "NODE NOT HARDENED"},
+		{"inconsistent", "envvar", "NODE NOT HARDENED"},
+		{"operator-cdi", "cdi-annotations,cdi-cri", ""},
+	}
+	for _, tc := range cases {
+		tk, c := toolkit(t, tc.scenario)
+		ch, err := Resolve("auto", tk, c)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.scenario, err)
+		}
+		if ch.List.String() != tc.want {
+			t.Errorf("%s: auto chose %s, want %s", tc.scenario, ch.List, tc.want)
+		}
+		if (tc.warn == "") != (ch.Warning == "") || !strings.Contains(ch.Warning, tc.warn) {
+			t.Errorf("%s: warning %q, want %q", tc.scenario, ch.Warning, tc.warn)
+		}
+	}
+	ch, err := Resolve("", nil, nil)
+	if err != nil || ch.List.String() != "envvar" || !strings.Contains(ch.Warning, "NODE NOT HARDENED") {
+		t.Errorf("no toolkit config: %+v %v", ch, err)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	cases := []struct {
+		scenario, flag, mention string
+	}{
+		{"default", "volume-mounts", nodeconfig.KeyAcceptVolumeMounts + " = true"},
+		{"inconsistent", "volume-mounts", nodeconfig.KeyAcceptVolumeMounts},
+		{"hardened", "envvar", nodeconfig.KeyAcceptEnvvarUnprivileged},
+		{"inconsistent", "cdi-cri", "enable_cdi = true"},
+		{"inconsistent", "cdi-annotations", "enable_cdi = true"},
+	}
+	for _, tc := range cases {
+		tk, c := toolkit(t, tc.scenario)
+		_, err := Resolve(tc.flag, tk, c)
+		if err == nil {
+			t.Errorf("%s with %s: accepted", tc.scenario, tc.flag)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.mention) {
+			t.Errorf("%s with %s: %q does not mention %q", tc.scenario, tc.flag, err, tc.mention)
+		}
+	}
+}
+
+func TestExplicitAccepted(t *testing.T) {
+	cases := []struct {
+		scenario, flag string
+		warn           bool
+	}{
+		{"hardened", "volume-mounts", false},
+		{"hardened", "cdi-annotations,cdi-cri", false},
+		{"default", "envvar", true},
+		{"default", "cdi-cri", true},
+		{"operator-cdi", "cdi-cri", false},
+	}
+	for _, tc := range cases {
+		tk, c := toolkit(t, tc.scenario)
+		ch, err := Resolve(tc.flag, tk, c)
+		if err != nil {
+			t.Errorf("%s with %s: %v", tc.scenario, tc.flag, err)
+			continue
+		}
+		if (ch.Warning != "") != tc.warn {
+			t.Errorf("%s with %s: warning %q", tc.scenario, tc.flag, ch.Warning)
+		}
+	}
+	ch, err := Resolve("volume-mounts", nil, nil)
+	if err != nil || ch.Warning == "" {
+		t.Errorf("unverifiable explicit strategy must warn: %+v %v", ch, err)
+	}
+}
