@@ -20,6 +20,7 @@ import (
 )
 
 type checkOptions struct {
+	stderr     io.Writer
 	policyFile string
 	mode       string
 	output     string
@@ -78,6 +79,7 @@ func (o *checkOptions) run(ctx context.Context, paths []string, stdin io.Reader,
 	if o.output != "text" && o.output != "json" {
 		return &exitError{exitUsage, fmt.Sprintf("-o %q: use text or json", o.output)}
 	}
+	o.stderr = stderr
 	engine, err := o.engine()
 	if err != nil {
 		return err
@@ -135,6 +137,9 @@ func (o *checkOptions) engine() (*policy.Engine, error) {
 		if p, err = config.Load(o.policyFile, data); err != nil {
 			return nil, &exitError{exitUsage, "invalid policy:\n" + err.Error()}
 		}
+	}
+	for _, advice := range config.Advice(p) {
+		fmt.Fprintln(o.stderr, "gpuguard: policy:", advice)
 	}
 	if o.mode != "" {
 		if config.Mode(o.mode).Strictness() == 0 {

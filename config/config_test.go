@@ -121,3 +121,16 @@ func TestConfigMapLineNumbers(t *testing.T) {
 		t.Errorf("want the line within the policy document, got %v", err)
 	}
 }
+
+func TestAdvice(t *testing.T) {
+	if a := config.Advice(config.Default()); len(a) != 0 {
+		t.Errorf("the default policy needs no advice, got %v", a)
+	}
+	p, err := config.Parse("p.yaml", []byte(head+"spec:\n  exemptions:\n    namespaces: [gpu-operator]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := config.Advice(p); len(a) != 1 || !strings.Contains(a[0], `namespace "gpu-operator" is exempt`) {
+		t.Errorf("a whole-namespace exemption must be reported as broad, got %v", a)
+	}
+}

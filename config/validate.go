@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"path"
 	"slices"
 	"strings"
@@ -164,4 +165,21 @@ func validateExemptions(fld *field.Path, e *Exemptions) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// Advice returns what is allowed in a policy but worth a second look, one line per
+// finding, for logs and for `gpuguard check`.
+func Advice(p *Policy) []string {
+	var out []string
+	for i, ns := range p.Spec.Exemptions.Namespaces {
+		out = append(out, fmt.Sprintf("spec.exemptions.namespaces[%d]: every pod in namespace %q is exempt; "+
+			"prefer serviceAccounts pairs, and make sure tenants cannot create a namespace of that name", i, ns))
+	}
+	if !p.Spec.InjectVoid {
+		out = append(out, "spec.injectVoid: false: containers without GPU resources keep the image's NVIDIA_VISIBLE_DEVICES (CUDA images say all)")
+	}
+	if p.Spec.Mode != ModeEnforce {
+		out = append(out, fmt.Sprintf("spec.mode: %s: violations are reported, not denied", p.Spec.Mode))
+	}
+	return out
 }

@@ -158,6 +158,7 @@ func sortedKeys(m map[int]string) []int {
 func (ev *evaluation) result(mode config.Mode) Result {
 	r := Result{Allowed: true, Mode: mode, Violations: []Violation{}, Warnings: []string{}, Patch: []jsonpatch.Operation{}}
 	audit := map[string][]string{}
+	var advice []string
 	for _, f := range ev.findings {
 		v := Violation{Path: f.path, Rule: f.rule, Container: f.container, Message: f.message}
 		switch {
@@ -168,11 +169,15 @@ func (ev *evaluation) result(mode config.Mode) Result {
 			audit["stripped"] = append(audit["stripped"], f.path+": "+f.message)
 		case f.effect == effectDeny && mode == config.ModeEnforce:
 			r.Violations = append(r.Violations, v)
-		case ev.phase == Validating:
-			// Warnings come from the validating phase only, so that a client does
-			// not see each twice.
-			r.Warnings = append(r.Warnings, warning(f.rule, f.message))
+		default:
+			advice = append(advice, warning(f.rule, f.message))
 		}
+	}
+	// Advice is given by the validating phase, so that a client does not see it
+	// twice; a request the mutating phase denies never reaches validation, so
+	// there it comes with the denial.
+	if ev.phase == Validating || len(r.Violations) > 0 {
+		r.Warnings = append(r.Warnings, advice...)
 	}
 	if len(audit) > 0 {
 		r.AuditAnnotations = make(map[string]string, len(audit))
