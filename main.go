@@ -1,13 +1,16 @@
 // Command gpuguard keeps pods from reaching NVIDIA GPUs the scheduler did not give
-// them. Subcommands: check (offline, for CI pipelines) and version.
+// them. Subcommands: check (offline, for CI pipelines), webhook and version.
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime/debug"
+	"syscall"
 
 	"github.com/spf13/cobra"
 )
@@ -31,22 +34,28 @@ const (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	// SIGTERM and SIGINT cancel the context: the webhook finishes the reviews in
+	// flight, then exits.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := &cobra.Command{
 		Use:           "gpuguard",
 		Short:         "Keep pods from reaching NVIDIA GPUs they were not allocated",
+		Long:          "gpuguard keeps pods from reaching NVIDIA GPUs they were not allocated.\nSubcommands: check (offline, for CI), webhook (the admission webhook), version.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newCheckCommand(), newVersionCommand())
+	root.AddCommand(newCheckCommand(), newWebhookCommand(), newVersionCommand())
 	root.SetArgs(args)
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
 	var ee *exitError
 	switch {
 	case err == nil:

@@ -208,6 +208,16 @@ func DecodeObject(data []byte) (runtime.Object, error) {
 	return d.Object, err
 }
 
+// DecodeAs decodes a JSON object of the given kind, as an admission request carries
+// it. It returns nil, without an error, for a kind gpuguard does not know.
+func DecodeAs(gvk schema.GroupVersionKind, data []byte) (runtime.Object, error) {
+	if !scheme.Recognizes(gvk) {
+		return nil, nil
+	}
+	obj, _, err := codecs.UniversalDeserializer().Decode(data, &gvk, nil)
+	return obj, err
+}
+
 // decodeObject decodes a JSON object into its typed form where the kind is known.
 func decodeObject(data []byte) (Document, error) {
 	var partial metav1.PartialObjectMetadata

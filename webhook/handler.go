@@ -1,0 +1,189 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/gpuguard/gpuguard/internal/manifest"
+	"github.com/gpuguard/gpuguard/policy"
+)
+
+// NamespaceLabels gives the labels of a namespace, from a cache.
+type NamespaceLabels interface {
+	NamespaceLabels(ctx context.Context, name string) (map[string]string, error)
+}
+
+// Handler serves one admission phase. It decodes the request, hands it to the
+// engine of the policy in force, and turns the result into a response.
+type Handler struct {
+	Phase    policy.Phase
+	Policies EngineSource
+	// Namespaces and ConfigMaps may be nil when no API server is available.
+	Namespaces NamespaceLabels
+	ConfigMaps policy.ConfigMapSource
+	Metrics    *Metrics
+	Log        logr.Logger
+}
+
+var _ admission.Handler = &Handler{}
+
+// Handle implements admission.Handler.
+func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	start := time.Now()
+	kind := req.Kind.Kind
+	engine := h.Policies.Engine()
+	if engine == nil {
+		h.count(req, "error", "")
+		return admission.Errored(http.StatusServiceUnavailable, errNoPolicy)
+	}
+	preq, err := h.policyRequest(ctx, req)
+	if err != nil {
+		h.count(req, "error", "")
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if preq.Object == nil {
+		h.count(req, "allow", "")
+		return admission.Allowed("")
+	}
+	result := engine.Evaluate(ctx, preq)
+	h.Metrics.Evaluation.WithLabelValues(string(h.Phase)).Observe(time.Since(start).Seconds())
+	decision := decisionOf(result)
+	h.countResult(req, decision, result)
+	if decision == "deny" || decision == "mutate" || (decision == "warn" && h.Phase == policy.Validating) {
+		h.Log.Info("admission "+decision, "uid", req.UID, "phase", h.Phase, "namespace", req.Namespace,
+			"name", objectName(req, preq.Object), "kind", kind, "operation", req.Operation, "rules", rulesOf(result),
+			"mode", result.Mode, "dryRun", req.DryRun != nil && *req.DryRun)
+	}
+	return responseFor(result, kind)
+}
+
+// policyRequest translates an admission request into the engine's input. Object is
+// nil for a kind the engine does not judge.
+func (h *Handler) policyRequest(ctx context.Context, req admission.Request) (*policy.Request, error) {
+	gvk := schema.GroupVersionKind(req.Kind)
+	obj, err := decode(gvk, req.Object)
+	if err != nil || obj == nil {
+		return &policy.Request{}, err
+	}
+	old, err := decode(gvk, req.OldObject)
+	if err != nil {
+		return nil, fmt.Errorf("oldObject: %w", err)
+	}
+	labels := map[string]string(nil)
+	if h.Namespaces != nil && req.Namespace != "" {
+		if labels, err = h.Namespaces.NamespaceLabels(ctx, req.Namespace); err != nil {
+			h.Log.Error(err, "namespace labels unknown; the policy's mode applies", "namespace", req.Namespace)
+		}
+	}
+	return &policy.Request{
+		Operation:       req.Operation,
+		SubResource:     req.SubResource,
+		Namespace:       req.Namespace,
+		Object:          obj,
+		OldObject:       old,
+		UserInfo:        req.UserInfo,
+		NamespaceLabels: labels,
+		Phase:           h.Phase,
+		ConfigMaps:      h.ConfigMaps,
+	}, nil
+}
+
+func decode(gvk schema.GroupVersionKind, raw runtime.RawExtension) (runtime.Object, error) {
+	if len(raw.Raw) == 0 {
+		return nil, nil
+	}
+	obj, err := manifest.DecodeAs(gvk, raw.Raw)
+	if err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", gvk.Kind, err)
+	}
+	return obj, nil
+}
+
+// responseFor turns the engine's result into an admission response: a denial names
+// every violation with its field, rule and fix; an allowed response carries the
+// engine's own JSON Patch, warnings and audit annotations.
+func responseFor(r policy.Result, kind string) admission.Response {
+	var resp admission.Response
+	if r.Allowed {
+		resp = admission.Allowed("")
+		resp.Patches = r.Patch
+	} else {
+		resp = admission.Denied(denialMessage(r, kind))
+	}
+	resp.Warnings = r.Warnings
+	resp.AuditAnnotations = r.AuditAnnotations
+	return resp
+}
+
+func denialMessage(r policy.Result, kind string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "gpuguard denied this %s (mode %s)", strings.ToLower(kind), r.Mode)
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "\n- %s [%s]: %s", v.Path, v.Rule, v.Message)
+	}
+	return b.String()
+}
+
+func decisionOf(r policy.Result) string {
+	switch {
+	case r.Exempt != "":
+		return "exempt"
+	case !r.Allowed:
+		return "deny"
+	case len(r.Patch) > 0:
+		return "mutate"
+	case len(r.Warnings) > 0:
+		return "warn"
+	}
+	return "allow"
+}
+
+func rulesOf(r policy.Result) []string {
+	var rules []string
+	for _, v := range r.Violations {
+		rules = append(rules, string(v.Rule))
+	}
+	for _, w := range r.Warnings {
+		if rest, ok := strings.CutPrefix(w, "gpuguard "); ok {
+			if rule, _, ok := strings.Cut(rest, ":"); ok {
+				rules = append(rules, rule)
+			}
+		}
+	}
+	return rules
+}
+
+func (h *Handler) count(req admission.Request, decision, rule string) {
+	h.Metrics.Decisions.WithLabelValues(string(h.Phase), string(req.Operation), req.Kind.Kind, decision, rule).Inc()
+}
+
+func (h *Handler) countResult(req admission.Request, decision string, r policy.Result) {
+	rules := rulesOf(r)
+	if len(rules) == 0 {
+		h.count(req, decision, "")
+	}
+	for _, rule := range rules {
+		h.count(req, decision, rule)
+	}
+}
+
+// objectName names the object for logs; a pod created from generateName has no
+// name yet.
+func objectName(req admission.Request, obj runtime.Object) string {
+	if req.Name != "" {
+		return req.Name
+	}
+	if m, err := meta.Accessor(obj); err == nil && m.GetName() != "" {
+		return m.GetName()
+	}
+	return "(generated)"
+}

@@ -1,0 +1,65 @@
+package webhook
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Metrics are gpuguard's Prometheus collectors, registered once in
+// controller-runtime's registry, which the metrics endpoint serves.
+type Metrics struct {
+	Decisions        *prometheus.CounterVec
+	Evaluation       *prometheus.HistogramVec
+	PolicyReloads    *prometheus.CounterVec
+	PolicyInfo       *prometheus.GaugeVec
+	MissingExemptNS  prometheus.Gauge
+	ConfigMapLookups *prometheus.CounterVec
+}
+
+var (
+	metricsOnce sync.Once
+	metrics     *Metrics
+)
+
+// DefaultMetrics returns the process-wide collectors, registering them on first use.
+func DefaultMetrics() *Metrics {
+	metricsOnce.Do(func() {
+		metrics = NewMetrics()
+		ctrlmetrics.Registry.MustRegister(metrics.Decisions, metrics.Evaluation, metrics.PolicyReloads,
+			metrics.PolicyInfo, metrics.MissingExemptNS, metrics.ConfigMapLookups)
+	})
+	return metrics
+}
+
+// NewMetrics makes unregistered collectors, for tests.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuguard_admission_decisions_total",
+			Help: "Admission decisions by phase, operation, kind, decision (allow, mutate, warn, deny, exempt, error) and rule.",
+		}, []string{"phase", "operation", "kind", "decision", "rule"}),
+		Evaluation: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gpuguard_admission_evaluation_seconds",
+			Help:    "Time to decode and evaluate one admission request.",
+			Buckets: []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3, 0.25, 1},
+		}, []string{"phase"}),
+		PolicyReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuguard_policy_reloads_total",
+			Help: "Policy loads by result: success, or error (the last good policy stays in force).",
+		}, []string{"result"}),
+		PolicyInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpuguard_policy_info",
+			Help: "The policy in force: 1 for its hash and mode.",
+		}, []string{"hash", "mode"}),
+		MissingExemptNS: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpuguard_exempt_namespaces_missing",
+			Help: "Exempt namespaces of the policy that do not exist; where namespaces are self-service, a tenant could create one.",
+		}),
+		ConfigMapLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuguard_configmap_lookups_total",
+			Help: "ConfigMap reads for envFrom inspection, by result: hit (cache), read, notfound, error.",
+		}, []string{"result"}),
+	}
+}

@@ -1,0 +1,126 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/gpuguard/gpuguard/config"
+)
+
+// Event reasons recorded on the policy ConfigMap.
+const (
+	ReasonPolicyLoaded  = "PolicyLoaded"
+	ReasonPolicyInvalid = "PolicyInvalid"
+	ReasonPolicyMissing = "PolicyMissing"
+)
+
+// policyReconciler puts the policy ConfigMap in force whenever it changes. An edit
+// that does not parse or validate, and a deleted ConfigMap, change nothing: the last
+// good policy stays, and an Event on the ConfigMap says why.
+type policyReconciler struct {
+	key       types.NamespacedName
+	reader    client.Reader // the manager's cache, restricted to this ConfigMap
+	apiReader client.Reader
+	source    *PolicySource
+	events    events.EventRecorder
+	metrics   *Metrics
+	log       logr.Logger
+}
+
+func (r *policyReconciler) setup(mgr manager.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("policy").For(&corev1.ConfigMap{}).Complete(r)
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *policyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if req.NamespacedName != r.key {
+		return ctrl.Result{}, nil
+	}
+	cm := &corev1.ConfigMap{}
+	err := r.reader.Get(ctx, r.key, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		r.log.Error(err, "policy ConfigMap not found; the last good policy stays in force", "configMap", r.key, "policyHash", r.source.Hash())
+		r.record(r.placeholder(), corev1.EventTypeWarning, ReasonPolicyMissing,
+			"policy ConfigMap not found; the last good policy stays in force (hash %q)", r.source.Hash())
+		return ctrl.Result{}, nil
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+	data, ok := cm.Data[config.ConfigMapKey]
+	if !ok {
+		r.metrics.PolicyReloads.WithLabelValues("error").Inc()
+		r.record(cm, corev1.EventTypeWarning, ReasonPolicyInvalid, "no key %q; the last good policy stays in force", config.ConfigMapKey)
+		return ctrl.Result{}, nil
+	}
+	source := fmt.Sprintf("configmap %s key %s", r.key, config.ConfigMapKey)
+	changed, err := r.source.Load(source, []byte(data))
+	if err != nil {
+		r.record(cm, corev1.EventTypeWarning, ReasonPolicyInvalid, "policy not loaded, the last good policy stays in force: %s", truncate(err.Error(), 900))
+		return ctrl.Result{}, nil
+	}
+	if changed {
+		r.record(cm, corev1.EventTypeNormal, ReasonPolicyLoaded, "policy %s in force", r.source.Hash())
+	}
+	r.checkExemptNamespaces(ctx)
+	return ctrl.Result{}, nil
+}
+
+// checkExemptNamespaces logs and counts exempt namespaces that do not exist: where
+// namespaces are self-service, a tenant could create one and be exempt.
+func (r *policyReconciler) checkExemptNamespaces(ctx context.Context) {
+	e := r.source.Engine()
+	if e == nil {
+		return
+	}
+	ex := e.Policy().Spec.Exemptions
+	names := slices.Clone(ex.Namespaces)
+	for _, sa := range ex.ServiceAccounts {
+		names = append(names, sa.Namespace)
+	}
+	slices.Sort(names)
+	missing := 0
+	for _, name := range slices.Compact(names) {
+		err := r.apiReader.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})
+		if apierrors.IsNotFound(err) {
+			missing++
+			r.log.Info("exempt namespace does not exist; whoever creates it is exempt", "namespace", name)
+		} else if err != nil {
+			r.log.Error(err, "could not check an exempt namespace", "namespace", name)
+		}
+	}
+	r.metrics.MissingExemptNS.Set(float64(missing))
+}
+
+// placeholder stands for a deleted ConfigMap in Events.
+func (r *policyReconciler) placeholder() *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: r.key.Namespace, Name: r.key.Name},
+	}
+}
+
+func (r *policyReconciler) record(cm *corev1.ConfigMap, eventType, reason, format string, args ...any) {
+	if r.events == nil {
+		return
+	}
+	r.events.Eventf(cm, nil, eventType, reason, "LoadPolicy", format, args...)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,246 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/manifest"
+	"github.com/gpuguard/gpuguard/policy"
+)
+
+// server is a standalone gpuguard webhook running in this process on real TLS.
+type server struct {
+	base, probes string
+	client       *http.Client
+	pool         *x509.CertPool
+	cancel       context.CancelFunc
+	done         chan error
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func startServer(t testing.TB, policyFile string) *server {
+	t.Helper()
+	dir := t.TempDir()
+	pool := writeTestCerts(t, dir)
+	port, probePort := freePort(t), freePort(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &server{
+		base:   fmt.Sprintf("https://localhost:%d", port),
+		probes: fmt.Sprintf("http://127.0.0.1:%d", probePort),
+		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: pool}, MaxIdleConnsPerHost: 64}},
+		pool: pool, cancel: cancel, done: make(chan error, 1),
+	}
+	go func() {
+		s.done <- Run(ctx, Options{Host: "127.0.0.1", Port: port, CertDir: dir, CertName: "tls.crt", KeyName: "tls.key",
+			PolicyFile: policyFile, ProbeAddr: fmt.Sprintf("127.0.0.1:%d", probePort), Log: logr.Discard()})
+	}()
+	t.Cleanup(func() { s.stop(t) })
+	s.waitReady(t)
+	return s
+}
+
+// waitReady polls /readyz until the policy is loaded and the TLS server answers.
+func (s *server) waitReady(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-s.done:
+			t.Fatalf("server stopped: %v", err)
+		default:
+		}
+		if resp, err := http.Get(s.probes + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval of the readiness wait
+	}
+	t.Fatal("webhook not ready within 30s")
+}
+
+func (s *server) stop(t testing.TB) {
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	s.cancel = nil
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Errorf("server did not stop cleanly: %v", err)
+		}
+	case <-time.After(70 * time.Second):
+		t.Error("server did not stop within its shutdown timeout")
+	}
+}
+
+func (s *server) post(t testing.TB, path string, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	t.Helper()
+	body, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.client.Post(s.base+path+"?timeout=10s", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var review admissionv1.AdmissionReview
+	if err := json.NewDecoder(resp.Body).Decode(&review); err != nil || review.Response == nil {
+		t.Fatalf("%s: no AdmissionReview response (HTTP %d): %v", path, resp.StatusCode, err)
+	}
+	return review.Response
+}
+
+func createRequest(t testing.TB, d manifest.Document, obj runtime.Object) *admissionv1.AdmissionRequest {
+	ns := d.Meta.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return &admissionv1.AdmissionRequest{
+		UID: types.UID("uid-" + d.Meta.Name), Kind: metav1.GroupVersionKind(d.GVK), Namespace: ns, Name: d.Meta.Name,
+		Operation: admissionv1.Create, Object: raw(t, obj),
+	}
+}
+
+func TestServesOverTLS(t *testing.T) {
+	s := startServer(t, BuiltinPolicy)
+	leak := pod(container("app", false, all))
+	d := manifest.Document{GVK: leak.GroupVersionKind(), Meta: leak.ObjectMeta}
+	resp := s.post(t, ValidatePath, createRequest(t, d, leak))
+	if resp.Allowed || resp.UID != "uid-p" || !strings.Contains(resp.Result.Message, "[device-env]") {
+		t.Errorf("leak over TLS: %+v", resp)
+	}
+
+	old := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.pool, MaxVersion: tls.VersionTLS11}}}
+	if _, err := old.Get(s.base + ValidatePath); err == nil {
+		t.Error("a TLS 1.1 client must be refused")
+	}
+	h2 := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.pool}, ForceAttemptHTTP2: true}}
+	r, err := h2.Post(s.base+ValidatePath, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.ProtoMajor != 1 {
+		t.Errorf("HTTP/2 must be off by default, got %s", r.Proto)
+	}
+
+	garbage, err := s.client.Post(s.base+MutatePath, "application/json", strings.NewReader("not json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var review admissionv1.AdmissionReview
+	_ = json.NewDecoder(garbage.Body).Decode(&review)
+	garbage.Body.Close()
+	if review.Response == nil || review.Response.Allowed || review.Response.Result.Code != http.StatusBadRequest {
+		t.Errorf("garbage must get a clean 400 review response, got %+v", review.Response)
+	}
+
+	s.stop(t) // graceful: Run returns nil
+}
+
+// TestExamplesMatchCheck posts every shipped example as the API server would: the
+// mutating webhook, its patch applied, then the validating webhook; the decisions,
+// patches and warnings must be what the engine gives `gpuguard check`.
+func TestExamplesMatchCheck(t *testing.T) {
+	s := startServer(t, BuiltinPolicy)
+	docs, errs := manifest.Read([]string{filepath.Join("..", "examples")}, nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	engine, err := policy.New(config.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, d := range docs {
+		if d.Object == nil || !policy.Supported(d.Object) {
+			continue
+		}
+		checked++
+		t.Run(d.Location(), func(t *testing.T) {
+			want, err := engine.Admit(context.Background(), policy.Request{Operation: admissionv1.Create, Namespace: d.Meta.Namespace, Object: d.Object})
+			if err != nil {
+				t.Fatal(err)
+			}
+			allowed, patch, warnings, message := s.admit(t, d)
+			if allowed != want.Allowed {
+				t.Fatalf("webhook allowed=%v, check allowed=%v", allowed, want.Allowed)
+			}
+			wantPatch, _ := json.Marshal(want.Patch)
+			if gotPatch, _ := json.Marshal(patch); string(gotPatch) != string(wantPatch) {
+				t.Errorf("patch\n webhook: %s\n   check: %s", gotPatch, wantPatch)
+			}
+			if !slices.Equal(warnings, want.Warnings) {
+				t.Errorf("warnings\n webhook: %q\n   check: %q", warnings, want.Warnings)
+			}
+			for _, v := range want.Violations {
+				if line := fmt.Sprintf("%s [%s]: %s", v.Path, v.Rule, v.Message); !strings.Contains(message, line) {
+					t.Errorf("denial %q lacks %q", message, line)
+				}
+			}
+		})
+	}
+	if checked < 8 {
+		t.Errorf("only %d examples evaluated", checked)
+	}
+}
+
+// admit runs the two webhook phases over TLS the way the API server chains them.
+func (s *server) admit(t *testing.T, d manifest.Document) (allowed bool, patch []jsonpatch.Operation, warnings []string, message string) {
+	mutated := s.post(t, MutatePath, createRequest(t, d, d.Object))
+	warnings = append(warnings, mutated.Warnings...)
+	if !mutated.Allowed {
+		return false, []jsonpatch.Operation{}, warnings, mutated.Result.Message
+	}
+	patch = []jsonpatch.Operation{}
+	obj := d.Object
+	if len(mutated.Patch) > 0 {
+		if err := json.Unmarshal(mutated.Patch, &patch); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if obj, err = policy.ApplyPatch(d.Object, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	validated := s.post(t, ValidatePath, createRequest(t, d, obj))
+	warnings = append(warnings, validated.Warnings...)
+	if !validated.Allowed {
+		message = validated.Result.Message
+	}
+	return validated.Allowed, patch, warnings, message
+}

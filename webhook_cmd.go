@@ -1,0 +1,146 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/zapr"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	"github.com/gpuguard/gpuguard/webhook"
+)
+
+type webhookFlags struct {
+	opts            webhook.Options
+	policyConfigMap string
+	certSecret      string
+	kubeconfig      string
+	logFormat       string
+	logLevel        string
+}
+
+func newWebhookCommand() *cobra.Command {
+	f := &webhookFlags{}
+	cmd := &cobra.Command{
+		Use:   "webhook",
+		Short: "Serve the admission webhook (/mutate and /validate over TLS)",
+		Long: `webhook serves gpuguard's policy to the Kubernetes API server.
+
+The policy comes from a ConfigMap (--policy-configmap NAMESPACE/NAME, key
+policy.yaml), watched and applied within seconds of an edit; an edit that does not
+parse keeps the last good policy. --policy-file FILE runs without any API server,
+and --policy-file alone uses the built-in default policy.
+
+Certificates come from --cert-dir (reloaded when the files change), or are managed
+by gpuguard itself with --cert-secret: a CA and serving certificate kept in that
+Secret, rotated, with the CA bundle written into the named webhook configurations.`,
+		Example: `  gpuguard webhook --policy-file --cert-dir ./certs
+  gpuguard webhook --policy-configmap gpuguard/gpuguard-policy \
+    --cert-secret gpuguard/gpuguard-webhook-tls --service-name gpuguard-webhook \
+    --mutating-webhook-configuration gpuguard --validating-webhook-configuration gpuguard`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			// "--policy-file FILE" with a space: the value arrives as an argument.
+			if len(args) == 1 {
+				if f.opts.PolicyFile != webhook.BuiltinPolicy {
+					return fmt.Errorf("unexpected argument %q", args[0])
+				}
+				f.opts.PolicyFile = args[0]
+			}
+			return f.run(cmd)
+		},
+	}
+	fl := cmd.Flags()
+	o := &f.opts
+	fl.StringVar(&o.Host, "host", "", "address to listen on (default: all)")
+	fl.IntVar(&o.Port, "port", 9443, "HTTPS port of /mutate and /validate")
+	fl.StringVar(&o.CertDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with the serving certificate and key")
+	fl.StringVar(&o.CertName, "cert-name", "tls.crt", "certificate file name in --cert-dir")
+	fl.StringVar(&o.KeyName, "key-name", "tls.key", "key file name in --cert-dir")
+	fl.BoolVar(&o.EnableHTTP2, "enable-http2", false, "serve HTTP/2 as well as HTTP/1.1")
+	fl.StringVar(&o.PolicyFile, "policy-file", "", "run standalone with this policy file; alone, the built-in policy")
+	fl.Lookup("policy-file").NoOptDefVal = webhook.BuiltinPolicy
+	fl.StringVar(&f.policyConfigMap, "policy-configmap", "gpuguard/gpuguard-policy", "NAMESPACE/NAME of the policy ConfigMap")
+	fl.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 to disable)")
+	fl.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (standalone: /metrics too)")
+	fl.DurationVar(&o.ConfigMapCacheTTL, "configmap-cache-ttl", 10*time.Second, "how long a ConfigMap read for envFrom inspection is reused")
+	fl.StringVar(&f.certSecret, "cert-secret", "", "NAMESPACE/NAME: manage certificates in this Secret (cert-controller)")
+	fl.StringVar(&o.ServiceName, "service-name", "gpuguard-webhook", "the webhook Service, for the certificate's DNS name")
+	fl.StringVar(&o.MutatingConfig, "mutating-webhook-configuration", "", "MutatingWebhookConfiguration to inject the CA bundle into")
+	fl.StringVar(&o.ValidatingConfig, "validating-webhook-configuration", "", "ValidatingWebhookConfiguration to inject the CA bundle into")
+	fl.StringSliceVar(&o.ExtraDNSNames, "extra-dns-names", nil, "more DNS names for the serving certificate (e.g. localhost)")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
+	fl.StringVar(&f.logFormat, "log-format", "json", "json or console")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info or error")
+	return cmd
+}
+
+func (f *webhookFlags) run(cmd *cobra.Command) error {
+	log, err := newLogger(f.logFormat, f.logLevel)
+	if err != nil {
+		return &exitError{exitUsage, err.Error()}
+	}
+	ctrl.SetLogger(log)
+	f.opts.Log = log
+	if f.opts.PolicyFile == "" {
+		if f.opts.PolicyConfigMap, err = namespacedName("--policy-configmap", f.policyConfigMap); err != nil {
+			return &exitError{exitUsage, err.Error()}
+		}
+		if f.opts.RestConfig, err = restConfig(f.kubeconfig); err != nil {
+			return &exitError{exitUsage, err.Error()}
+		}
+	}
+	if f.certSecret != "" {
+		if f.opts.CertSecret, err = namespacedName("--cert-secret", f.certSecret); err != nil {
+			return &exitError{exitUsage, err.Error()}
+		}
+	}
+	return webhook.Run(cmd.Context(), f.opts)
+}
+
+func namespacedName(flag, value string) (types.NamespacedName, error) {
+	ns, name, ok := strings.Cut(value, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("%s %q: want NAMESPACE/NAME", flag, value)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return ctrlconfig.GetConfig()
+}
+
+// newLogger makes a zap logger behind logr: JSON by default, one object per line.
+func newLogger(format, level string) (logr.Logger, error) {
+	var lvl zapcore.Level
+	if err := lvl.Set(level); err != nil {
+		return logr.Discard(), fmt.Errorf("--log-level %q: use debug, info or error", level)
+	}
+	cfg := zap.NewProductionConfig()
+	switch format {
+	case "json":
+	case "console":
+		cfg = zap.NewDevelopmentConfig()
+	default:
+		return logr.Discard(), fmt.Errorf("--log-format %q: use json or console", format)
+	}
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.DisableStacktrace = true
+	z, err := cfg.Build()
+	if err != nil {
+		return logr.Discard(), err
+	}
+	return zapr.NewLogger(z), nil
+}
