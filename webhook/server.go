@@ -55,10 +55,10 @@ type Options struct {
 	// Certificates managed by gpuguard itself (cert-controller): when CertSecret is
 	// set, a CA and serving certificate are kept in that Secret, written to CertDir,
 	// rotated, and the CA bundle is injected into the named webhook configurations.
-	CertSecret                        types.NamespacedName
-	ServiceName                       string
-	MutatingConfig, ValidatingConfig  string
-	ExtraDNSNames                     []string
+	CertSecret                       types.NamespacedName
+	ServiceName                      string
+	MutatingConfig, ValidatingConfig string
+	ExtraDNSNames                    []string
 
 	// RestConfig reaches the API server (not needed standalone).
 	RestConfig *rest.Config
