@@ -38,7 +38,7 @@ func (s staticConfigMaps) ConfigMapData(_ context.Context, namespace, name strin
 	return nil, policy.ErrConfigMapNotFound
 }
 
-func loadedSource(t *testing.T, policyYAML string) *PolicySource {
+func loadedSource(t testing.TB, policyYAML string) *PolicySource {
 	t.Helper()
 	s := NewPolicySource(NewMetrics(), logr.Discard())
 	data := config.DefaultYAML()

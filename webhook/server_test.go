@@ -36,6 +36,12 @@ type server struct {
 	done         chan error
 }
 
+// newTLSClient keeps connections alive, as the API server does.
+func newTLSClient(pool *x509.CertPool) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool}, MaxIdleConnsPerHost: 64}}
+}
+
 func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -55,8 +61,7 @@ func startServer(t testing.TB, policyFile string) *server {
 	s := &server{
 		base:   fmt.Sprintf("https://localhost:%d", port),
 		probes: fmt.Sprintf("http://127.0.0.1:%d", probePort),
-		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-			TLSClientConfig: &tls.Config{RootCAs: pool}, MaxIdleConnsPerHost: 64}},
+		client: newTLSClient(pool),
 		pool: pool, cancel: cancel, done: make(chan error, 1),
 	}
 	go func() {

@@ -38,10 +38,22 @@ type Agent struct {
 	otherPlugin   prometheus.Gauge
 	// healthWait bounds one NVML event wait (0: the watcher default).
 	healthWait time.Duration
+	// nodeLabels publishes the hardening report; nil unless
+	// --publish-node-labels.
+	nodeLabels *labelPublisher
+
+	// otherPlugins are the sockets of another NVIDIA device plugin once
+	// seen in --device-plugin=auto. The agent remembers them because a
+	// restarting kubelet wipes every plugin socket: looking again then
+	// could catch the other plugin before it serves again, and registering
+	// would start the fight the check exists to prevent. A reload looks
+	// afresh. Only Run's goroutine touches it.
+	otherPlugins []string
 
 	mu      sync.Mutex
 	status  error // nil when the last start succeeded
 	serving []*plugin.Plugin
+	starts  int // completed starts, successful or not
 }
 
 // New opens the backend; it does not start anything.
@@ -49,17 +61,28 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Agent, error)
 	if cfg.NodeName == "" {
 		cfg.NodeName = os.Getenv("NODE_NAME")
 	}
+	// Labels need the name the API server knows the node by: not the host
+	// name fallback, which could label another node, or none.
+	labelNode := cfg.NodeName
 	if cfg.NodeName == "" {
 		cfg.NodeName, _ = os.Hostname()
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, ConfigError{err}
 	}
+	var nodeLabels *labelPublisher
+	if cfg.PublishNodeLabels {
+		p, err := newInClusterLabelPublisher(labelNode)
+		if err != nil {
+			return nil, ConfigError{err}
+		}
+		nodeLabels = p
+	}
 	b, err := discovery.OpenBackend(cfg.Backend, cfg.NodeName, cfg.NVMLLibrary)
 	if err != nil {
 		return nil, ConfigError{err}
 	}
-	a := &Agent{cfg: cfg, log: log, backend: b,
+	a := &Agent{cfg: cfg, log: log, backend: b, nodeLabels: nodeLabels,
 		pluginMetrics: plugin.NewMetrics(reg),
 		hardening:     nodeconfig.NewMetrics(reg),
 		xids:          health.NewXIDCounter(reg),
@@ -123,6 +146,7 @@ func (a *Agent) setStatus(err error, serving []*plugin.Plugin) {
 	defer a.mu.Unlock()
 	a.status = err
 	a.serving = serving
+	a.starts++
 }
 
 // Run serves until ctx ends. reload (SIGHUP) restarts with a fresh look at
@@ -166,6 +190,7 @@ func (a *Agent) Run(ctx context.Context, reload <-chan struct{}) error {
 			a.log.Info("kubelet.sock created: the kubelet restarted; serving and registering again")
 		case <-reload:
 			a.log.Info("reloading the configuration")
+			a.otherPlugins = nil
 		case <-retryC:
 			a.log.Info("retrying")
 		}
@@ -221,6 +246,11 @@ func (a *Agent) start(ctx context.Context) (*session, error) {
 		a.log.Info("node hardening check", "check", c.ID, "status", c.Status, "value", c.Value, "detail", c.Detail)
 	}
 	a.log.Info("node hardening report", "hardened", report.Hardened(), "summary", report.String())
+	if a.nodeLabels != nil {
+		if err := a.nodeLabels.publish(ctx, report.Labels()); err != nil {
+			a.log.Error(err, "cannot publish the hardening report as node labels")
+		}
+	}
 
 	s := &session{}
 	sctx, cancel := context.WithCancel(ctx)
@@ -230,9 +260,12 @@ func (a *Agent) start(ctx context.Context) (*session, error) {
 		return s, nil
 	}
 	if a.cfg.DevicePlugin == PluginAuto {
-		if others := plugin.FindOtherPlugins(ctx, a.cfg.DevicePluginDir); len(others) > 0 {
+		if a.otherPlugins == nil {
+			a.otherPlugins = plugin.FindOtherPlugins(ctx, a.cfg.DevicePluginDir)
+		}
+		if len(a.otherPlugins) > 0 {
 			a.otherPlugin.Set(1)
-			a.log.Info("another device plugin already serves NVIDIA GPUs on this node; not registering, to avoid both fighting over the resource (pass --device-plugin=on after removing it)", "sockets", others)
+			a.log.Info("another device plugin serves NVIDIA GPUs on this node; not registering, to avoid both fighting over the resource (after removing it, send SIGHUP or restart the agent; or pass --device-plugin=on)", "sockets", a.otherPlugins)
 			return s, nil
 		}
 		a.otherPlugin.Set(0)

@@ -15,9 +15,13 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpuguard/gpuguard/agent/kubelettest"
+	"github.com/gpuguard/gpuguard/agent/nodeconfig"
 )
 
 func shortDir(t *testing.T) string {
@@ -223,7 +227,7 @@ func TestAgentRegistersWhenKubeletComesLater(t *testing.T) {
 			t.Errorf("resource %s not registered (got %v)", want, names)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(cfg.HostRoot, "tmp-own-cdi", "gpuguard.dev-gpu.yaml")); err != nil {
+	if _, err := os.Stat(filepath.Join(cfg.HostRoot, "tmp-own-cdi", "gpuguard.io-gpu.yaml")); err != nil {
 		t.Errorf("own CDI spec not written: %v", err)
 	}
 }
@@ -258,28 +262,51 @@ func (answeringPlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty)
 	return &pluginapi.DevicePluginOptions{}, nil
 }
 
-func TestAgentStaysOffWhenAnotherPluginServes(t *testing.T) {
-	dir := shortDir(t)
-	l, err := net.Listen("unix", filepath.Join(dir, "nvidia-gpu.sock"))
+// serveOtherPlugin serves a device plugin at dir/name until the returned
+// stop, which also removes the socket.
+func serveOtherPlugin(t *testing.T, dir, name string) (stop func()) {
+	t.Helper()
+	l, err := net.Listen("unix", filepath.Join(dir, name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(s, answeringPlugin{})
 	go func() { _ = s.Serve(l) }()
-	defer s.Stop()
+	t.Cleanup(s.Stop)
+	return s.Stop
+}
+
+// waitStarts waits until the agent has completed n starts.
+func waitStarts(t *testing.T, a *Agent, n int) {
+	t.Helper()
+	ctx := wait(t)
+	for {
+		a.mu.Lock()
+		done := a.starts >= n
+		a.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("agent never completed %d starts", n)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func TestAgentStaysOffWhenAnotherPluginServes(t *testing.T) {
+	dir := shortDir(t)
+	stopOther := serveOtherPlugin(t, dir, "nvidia-gpu.sock")
 	k, err := kubelettest.Start(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer k.Stop()
-
-	cfg := testConfig(t, dir, "hardened")
-	cfg.MetricsAddr = "127.0.0.1:0"
-	r := run(t, cfg)
-	// Wait until the agent settled (healthy), then check it did not
-	// register or open a socket.
-	waitHealthy(t, r.agent)
+	r := run(t, testConfig(t, dir, "hardened"))
+	// Registration happens within a start, so after the first start a
+	// registration would already be recorded.
+	waitStarts(t, r.agent, 1)
 	if regs := k.Registrations(); len(regs) != 0 {
 		t.Fatalf("registered although another plugin serves: %v", regs)
 	}
@@ -290,19 +317,39 @@ func TestAgentStaysOffWhenAnotherPluginServes(t *testing.T) {
 		t.Fatalf("socket exists: %v", err)
 	}
 
-	// --device-plugin=on takes over regardless.
-	dir2 := shortDir(t)
-	k2, _ := kubelettest.Start(dir2)
+	// A kubelet restart wipes the other plugin's socket before that plugin
+	// serves again: the agent must still stay off.
+	stopOther()
+	k.Stop()
+	k2, err := kubelettest.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer k2.Stop()
-	l2, _ := net.Listen("unix", filepath.Join(dir2, "nvidia-gpu.sock"))
-	s2 := grpc.NewServer()
-	pluginapi.RegisterDevicePluginServer(s2, answeringPlugin{})
-	go func() { _ = s2.Serve(l2) }()
-	defer s2.Stop()
-	cfg2 := testConfig(t, dir2, "hardened")
-	cfg2.DevicePlugin = PluginOn
-	run(t, cfg2)
+	waitStarts(t, r.agent, 2)
+	if regs := k2.Registrations(); len(regs) != 0 {
+		t.Fatalf("registered after a kubelet restart while the other plugin was away: %v", regs)
+	}
+
+	// A reload looks afresh: the other plugin is gone, so the agent serves.
+	r.reload <- struct{}{}
 	if _, err := k2.WaitFor(wait(t), gpuRegistrations(1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAgentTakesOverWithDevicePluginOn(t *testing.T) {
+	dir := shortDir(t)
+	serveOtherPlugin(t, dir, "nvidia-gpu.sock")
+	k, err := kubelettest.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	cfg := testConfig(t, dir, "hardened")
+	cfg.DevicePlugin = PluginOn
+	run(t, cfg)
+	if _, err := k.WaitFor(wait(t), gpuRegistrations(1)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -347,7 +394,10 @@ func TestBadFlags(t *testing.T) {
 
 func TestMetricsAndHealthz(t *testing.T) {
 	dir := shortDir(t)
-	k, _ := kubelettest.Start(dir)
+	k, err := kubelettest.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer k.Stop()
 	reg := prometheus.NewRegistry()
 	a, err := New(testConfig(t, dir, "default"), logr.Discard(), reg)
@@ -357,14 +407,12 @@ func TestMetricsAndHealthz(t *testing.T) {
 	a.healthWait = 50 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := l.Addr().String()
-	l.Close()
-	if err := a.ServeHTTP(ctx, addr, reg); err != nil {
+	addr, err := a.ServeHTTP(ctx, "127.0.0.1:0", reg)
+	if err != nil {
 		t.Fatal(err)
 	}
 	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
+		resp, err := http.Get("http://" + addr.String() + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -397,4 +445,50 @@ func TestMetricsAndHealthz(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+func TestAgentPublishesNodeLabels(t *testing.T) {
+	dir := shortDir(t)
+	cfg := testConfig(t, dir, "default")
+	cfg.DevicePlugin = PluginOff
+	a, err := New(cfg, logr.Discard(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{"keep": "me"}}})
+	a.nodeLabels = &labelPublisher{client: client, nodeName: "node-1"}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx, nil) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitStarts(t, a, 1)
+	node, err := client.CoreV1().Nodes().Get(wait(t), "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"keep":                   "me",
+		nodeconfig.LabelHardened: "false",
+		nodeconfig.LabelPrefix + "check." + nodeconfig.CheckEnvvarUnprivileged: "fail",
+	}
+	for k, v := range want {
+		if node.Labels[k] != v {
+			t.Errorf("label %s=%q, want %q (labels %v)", k, node.Labels[k], v, node.Labels)
+		}
+	}
+}
+
+func TestPublishNodeLabelsNeedsNodeName(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	cfg := testConfig(t, shortDir(t), "hardened")
+	cfg.NodeName = ""
+	cfg.PublishNodeLabels = true
+	_, err := New(cfg, logr.Discard(), prometheus.NewRegistry())
+	var ce ConfigError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "NODE_NAME") {
+		t.Fatalf("got %v, want a ConfigError asking for NODE_NAME", err)
+	}
 }

@@ -38,10 +38,11 @@ type Config struct {
 	ContainerdConfig string
 	ToolkitVersion   string
 
-	IgnoredXIDs   string
-	HealthChecks  bool
-	MetricsAddr   string
-	RetryInterval string
+	IgnoredXIDs       string
+	HealthChecks      bool
+	MetricsAddr       string
+	RetryInterval     string
+	PublishNodeLabels bool
 }
 
 // DefaultConfig has the flags' defaults.
@@ -84,4 +85,5 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.HealthChecks, "health-checks", c.HealthChecks, "watch NVML for XID errors")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address of /metrics and /healthz (empty: off)")
 	fs.StringVar(&c.RetryInterval, "retry-interval", c.RetryInterval, "how long to wait before retrying a failed start or registration")
+	fs.BoolVar(&c.PublishNodeLabels, "publish-node-labels", c.PublishNodeLabels, "label this node with the hardening report (gpuguard.io/hardened, gpuguard.io/check.*); needs $NODE_NAME or --node-name, and RBAC to get and patch nodes")
 }

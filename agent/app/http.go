@@ -11,8 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// ServeHTTP serves /metrics and /healthz on addr until ctx ends.
-func (a *Agent) ServeHTTP(ctx context.Context, addr string, gatherer prometheus.Gatherer) error {
+// ServeHTTP serves /metrics and /healthz on addr until ctx ends; it returns
+// the address listened on (the port chosen when addr asks for port 0).
+func (a *Agent) ServeHTTP(ctx context.Context, addr string, gatherer prometheus.Gatherer) (net.Addr, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -24,7 +25,7 @@ func (a *Agent) ServeHTTP(ctx context.Context, addr string, gatherer prometheus.
 	})
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
@@ -39,5 +40,5 @@ func (a *Agent) ServeHTTP(ctx context.Context, addr string, gatherer prometheus.
 		}
 	}()
 	a.log.Info("serving /metrics and /healthz", "addr", l.Addr().String())
-	return nil
+	return l.Addr(), nil
 }

@@ -28,7 +28,7 @@ const (
 
 	// OwnKind is the kind of the spec the agent writes; distinct from the
 	// toolkit's nvidia.com/gpu so the two never clash.
-	OwnKind = "gpuguard.dev/gpu"
+	OwnKind = "gpuguard.io/gpu"
 	// VoidEnv neutralises NVIDIA_VISIBLE_DEVICES for the NVIDIA runtime.
 	VoidEnv = "NVIDIA_VISIBLE_DEVICES=void"
 )

@@ -128,19 +128,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if w.XIDs != nil {
 			w.XIDs.WithLabelValues(strconv.FormatUint(xid, 10), strconv.FormatBool(ignored)).Inc()
 		}
-		uuid := ""
-		if data.Device != nil {
-			uuid, _ = data.Device.GetUUID()
-		}
 		if ignored {
-			w.Log.Info("ignoring application XID", "xid", xid, "gpu", uuid)
+			w.Log.Info("ignoring application XID", "xid", xid)
 			continue
 		}
-		ids := w.affected(targets, uuid, data.GpuInstanceId, data.ComputeInstanceId)
-		if len(ids) == 0 {
-			// An event naming no known device: like NVIDIA's plugin,
-			// assume the worst for every device.
-			ids = w.allDevices()
+		ids, known := w.affected(targets, data)
+		if !known {
+			w.Log.Info("ignoring XID on a device that is not health-checked", "xid", xid)
+			continue
 		}
 		for _, id := range ids {
 			if !xidBad[id] {
@@ -152,23 +147,38 @@ func (w *Watcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// affected lists the devices an event on GPU uuid (GPU/compute instance
-// gi/ci) touches: the GPU itself, or its matching MIG devices.
-func (w *Watcher) affected(targets map[string]gpuTarget, uuid string, gi, ci uint32) []string {
+// affected lists the devices an event touches. An event whose GPU cannot
+// be told (no device, no UUID) touches every device, as in NVIDIA's
+// plugin; one on a GPU that is not watched touches none (known is false).
+// On a MIG-enabled GPU it touches the MIG devices of the event's GPU and
+// compute instance, all of them when none matches (an instance created
+// after discovery), and the GPU itself, which is the device served when
+// MIG is not exposed (--mig-strategy=none).
+func (w *Watcher) affected(targets map[string]gpuTarget, data nvml.EventData) (ids []string, known bool) {
+	if data.Device == nil {
+		return w.allDevices(), true
+	}
+	uuid, ret := data.Device.GetUUID()
+	if ret != nvml.SUCCESS {
+		return w.allDevices(), true
+	}
 	t, ok := targets[uuid]
 	if !ok {
-		return nil
+		return nil, false
 	}
-	if !t.gpu.MIGEnabled {
-		return []string{t.gpu.UUID}
-	}
-	var ids []string
+	ids = []string{t.gpu.UUID}
+	var all []string
 	for _, m := range t.gpu.MIG {
+		all = append(all, m.UUID)
+		gi, ci := data.GpuInstanceId, data.ComputeInstanceId
 		if gi == allInstances || (uint32(m.GPUInstanceID) == gi && (ci == allInstances || uint32(m.ComputeInstanceID) == ci)) {
 			ids = append(ids, m.UUID)
 		}
 	}
-	return ids
+	if len(ids) == 1 {
+		ids = append(ids, all...)
+	}
+	return ids, true
 }
 
 func (w *Watcher) allDevices() []string {

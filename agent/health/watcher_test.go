@@ -125,23 +125,61 @@ func TestConfiguredIgnoreList(t *testing.T) {
 	}
 }
 
-func TestMIGEventsHitTheirInstance(t *testing.T) {
-	r := newRig(t, "dgxa100", discovery.DefaultMIGLayout(), nil)
-	target := r.inv.GPUs[0].MIG[2]
-	r.node.Events.SendXIDOnInstance(r.dev(0), 79, uint32(target.GPUInstanceID), uint32(target.ComputeInstanceID))
-	if u := r.next(t); u.ID != target.UUID || u.Healthy {
-		t.Fatalf("got %+v, want MIG device %s", u, target.UUID)
-	}
-	// A GPU-wide event on GPU 1 hits all its MIG devices.
-	r.node.Events.SendXID(r.dev(1), 79)
+// updatedIDs collects the IDs of the next n updates.
+func (r *rig) updatedIDs(t *testing.T, n int) map[string]bool {
+	t.Helper()
 	got := map[string]bool{}
-	for range r.inv.GPUs[1].MIG {
+	for i := 0; i < n; i++ {
 		got[r.next(t).ID] = true
 	}
-	for _, m := range r.inv.GPUs[1].MIG {
+	return got
+}
+
+func TestMIGEventsHitTheirInstance(t *testing.T) {
+	r := newRig(t, "dgxa100", discovery.DefaultMIGLayout(), nil)
+	gpu0 := r.inv.GPUs[0]
+	target := gpu0.MIG[2]
+	r.node.Events.SendXIDOnInstance(r.dev(0), 79, uint32(target.GPUInstanceID), uint32(target.ComputeInstanceID))
+	// The MIG device, and the whole GPU, which is what --mig-strategy=none serves.
+	got := r.updatedIDs(t, 2)
+	if !got[target.UUID] || !got[gpu0.UUID] {
+		t.Fatalf("marked %v, want MIG device %s and GPU %s", got, target.UUID, gpu0.UUID)
+	}
+
+	// A GPU-wide event on GPU 1 hits all its MIG devices.
+	gpu1 := r.inv.GPUs[1]
+	r.node.Events.SendXID(r.dev(1), 79)
+	got = r.updatedIDs(t, 1+len(gpu1.MIG))
+	for _, m := range gpu1.MIG {
 		if !got[m.UUID] {
 			t.Errorf("MIG device %s not marked", m.UUID)
 		}
+	}
+
+	// An instance unknown at discovery hits its GPU's MIG devices, no others.
+	r.node.Events.SendXIDOnInstance(r.dev(0), 79, 99, 0)
+	got = r.updatedIDs(t, len(gpu0.MIG)-1) // all but the one already marked
+	for _, m := range gpu0.MIG {
+		if m.UUID != target.UUID && !got[m.UUID] {
+			t.Errorf("MIG device %s of GPU 0 not marked after an unknown instance's XID", m.UUID)
+		}
+	}
+	// An XID on GPU 2 proves no other update was queued in between.
+	r.node.Events.SendXID(r.dev(2), 79)
+	if u := r.next(t); u.ID != r.inv.GPUs[2].UUID {
+		t.Fatalf("got %+v, want GPU 2", u)
+	}
+}
+
+func TestXIDOnUnwatchedGPUIsIgnored(t *testing.T) {
+	r := newRig(t, "dgxa100", nil, func(r *rig) {
+		r.node.Server.Devices[4].(*server.Device).GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+	})
+	r.node.Events.SendXID(r.dev(4), 79)
+	r.node.Events.SendXID(r.dev(5), 79)
+	// Had the event on the unwatched GPU 4 marked every device, GPU 0 would come first.
+	if u := r.next(t); u.ID != r.inv.GPUs[5].UUID {
+		t.Fatalf("got %+v, want only GPU 5", u)
 	}
 }
 

@@ -310,6 +310,17 @@ func TestBadRequestsAreInvalidArgument(t *testing.T) {
 	if _, err := c.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("empty preferred request: %v", err)
 	}
+	// Requests built in Go can hold what the wire cannot: nil entries.
+	p, _, _ := startPlugin(t, "envvar")
+	if _, err := p.Allocate(ctx, nil); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("Allocate(nil): %v", err)
+	}
+	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{nil}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("Allocate with a nil container request: %v", err)
+	}
+	if _, err := p.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{nil}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("GetPreferredAllocation with a nil container request: %v", err)
+	}
 	// The server is still up.
 	if o, err := c.GetDevicePluginOptions(ctx, &pluginapi.Empty{}); err != nil || !o.GetPreferredAllocationAvailable || o.PreStartRequired {
 		t.Fatalf("options after bad requests: %v %v", o, err)

@@ -172,12 +172,13 @@ func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 
 // GetPreferredAllocation keeps each container's devices close together.
 func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
-	if req == nil || len(req.ContainerRequests) == 0 {
+	// Getters, not fields: a request built in Go may hold nil entries.
+	if len(req.GetContainerRequests()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "no container requests")
 	}
 	resp := &pluginapi.PreferredAllocationResponse{}
-	for i, cr := range req.ContainerRequests {
-		ids, err := preferredAllocation(p.state, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize))
+	for i, cr := range req.GetContainerRequests() {
+		ids, err := preferredAllocation(p.state, cr.GetAvailableDeviceIDs(), cr.GetMustIncludeDeviceIDs(), int(cr.GetAllocationSize()))
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "%s container request %d: %v", p.resource, i, err)
 		}
@@ -204,17 +205,17 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 }
 
 func (p *Plugin) allocate(req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
-	if req == nil || len(req.ContainerRequests) == 0 {
+	if len(req.GetContainerRequests()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "no container requests")
 	}
 	resp := &pluginapi.AllocateResponse{}
-	for i, cr := range req.ContainerRequests {
-		if len(cr.DevicesIds) == 0 {
+	for i, cr := range req.GetContainerRequests() {
+		if len(cr.GetDevicesIds()) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "%s container request %d: no devices", p.resource, i)
 		}
 		seen := map[string]bool{}
-		refs := make([]strategy.DeviceRef, 0, len(cr.DevicesIds))
-		for _, id := range cr.DevicesIds {
+		refs := make([]strategy.DeviceRef, 0, len(cr.GetDevicesIds()))
+		for _, id := range cr.GetDevicesIds() {
 			d, ok := p.state.lookup(id)
 			if !ok {
 				return nil, status.Errorf(codes.InvalidArgument, "%s container request %d: unknown device %q", p.resource, i, id)

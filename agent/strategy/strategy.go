@@ -89,68 +89,97 @@ type Choice struct {
 
 // Resolve turns --device-list-strategy into a list, checking it against
 // the node's toolkit (tk) and containerd (ctrd) configuration; either may
-// be nil when not found. A strategy the node would ignore is an error that
-// names the setting to change.
+// be nil when not found. A strategy the node would ignore, whether given
+// explicitly or the only one auto could pick, is an error that names the
+// setting to change: GPU pods would otherwise start without their GPUs.
 func Resolve(flag string, tk *nodeconfig.ToolkitConfig, ctrd *nodeconfig.ContainerdConfig) (Choice, error) {
 	l, err := Parse(flag)
 	if err != nil {
 		return Choice{}, err
 	}
+	var c Choice
 	if l == nil {
-		return auto(tk, ctrd), nil
+		c, err = auto(tk, ctrd)
+		if err != nil {
+			return Choice{}, err
+		}
+	} else {
+		c = Choice{List: l, Reason: "--device-list-strategy=" + l.String()}
 	}
-	c := Choice{List: l, Reason: "--device-list-strategy=" + l.String()}
 	if tk == nil {
-		c.Warning = "NVIDIA Container Toolkit config not found: cannot check that the runtime honours " + l.String()
+		if c.Warning == "" {
+			c.Warning = "NVIDIA Container Toolkit config not found: cannot check that the runtime honours " + c.List.String()
+		}
 		return c, nil
 	}
-	if l.Has(VolumeMounts) && !tk.AcceptVolumeMounts {
-		return Choice{}, fmt.Errorf("device-list strategy volume-mounts: the toolkit ignores volume-mount device lists, so GPU pods would get no GPU: set %s = true in %s, or choose another strategy", nodeconfig.KeyAcceptVolumeMounts, tk.Path)
+	if err := refuseIgnored(c.List, tk, ctrd); err != nil {
+		return Choice{}, err
 	}
-	if l.Has(EnvVar) && !l.UsesCDI() && !tk.AcceptEnvvarUnprivileged {
-		return Choice{}, fmt.Errorf("device-list strategy envvar: the toolkit ignores NVIDIA_VISIBLE_DEVICES from unprivileged containers (%s = false in %s), so GPU pods would get no GPU: use volume-mounts (set %s = true) or CDI", nodeconfig.KeyAcceptEnvvarUnprivileged, tk.Path, nodeconfig.KeyAcceptVolumeMounts)
-	}
-	if l.UsesCDI() && ctrd != nil && ctrd.CDIEnabled != nil && !*ctrd.CDIEnabled {
-		if l.Has(CDICRI) {
-			return Choice{}, fmt.Errorf("device-list strategy cdi-cri: containerd does not apply CDI devices: set enable_cdi = true in the CRI plugin section of %s", strings.Join(ctrd.Paths, ", "))
-		}
-		if !runtimePassesCDIAnnotations(ctrd) {
-			return Choice{}, fmt.Errorf("device-list strategy cdi-annotations: neither containerd (enable_cdi = false in %s) nor the NVIDIA runtime (no container_annotations for cdi.k8s.io/*) applies CDI annotations: set enable_cdi = true", strings.Join(ctrd.Paths, ", "))
-		}
-	}
-	if l.Has(EnvVar) && !l.UsesCDI() {
-		c.Warning = "node not hardened: GPUs are handed out through NVIDIA_VISIBLE_DEVICES, which pods can forge"
-	} else if tk.AcceptEnvvarUnprivileged {
-		c.Warning = "node not hardened: the toolkit still accepts NVIDIA_VISIBLE_DEVICES from unprivileged containers (" + nodeconfig.KeyAcceptEnvvarUnprivileged + " = true in " + tk.Path + ")"
-	}
+	c.Warning = hardeningWarning(c.List, tk)
 	return c, nil
 }
 
-func auto(tk *nodeconfig.ToolkitConfig, ctrd *nodeconfig.ContainerdConfig) Choice {
+// refuseIgnored returns an error when the runtime would ignore every
+// channel in l.
+func refuseIgnored(l List, tk *nodeconfig.ToolkitConfig, ctrd *nodeconfig.ContainerdConfig) error {
+	if l.Has(VolumeMounts) && !tk.AcceptVolumeMounts {
+		return fmt.Errorf("device-list strategy volume-mounts: the toolkit ignores volume-mount device lists, so GPU pods would get no GPU: set %s = true in %s, or choose another strategy", nodeconfig.KeyAcceptVolumeMounts, tk.Path)
+	}
+	if l.Has(EnvVar) && !l.UsesCDI() && !tk.AcceptEnvvarUnprivileged {
+		return fmt.Errorf("device-list strategy envvar: the toolkit ignores NVIDIA_VISIBLE_DEVICES from unprivileged containers (%s = false in %s), so GPU pods would get no GPU: use volume-mounts (set %s = true) or CDI", nodeconfig.KeyAcceptEnvvarUnprivileged, tk.Path, nodeconfig.KeyAcceptVolumeMounts)
+	}
+	if !l.UsesCDI() || !containerdCDIOff(ctrd) {
+		return nil
+	}
+	if l.Has(CDICRI) {
+		return fmt.Errorf("device-list strategy cdi-cri: containerd does not apply CDI devices: set enable_cdi = true in the CRI plugin section of %s", strings.Join(ctrd.Paths, ", "))
+	}
+	if !runtimePassesCDIAnnotations(ctrd) {
+		return fmt.Errorf("device-list strategy cdi-annotations: neither containerd (enable_cdi = false in %s) nor the NVIDIA runtime (no container_annotations for cdi.k8s.io/*) applies CDI annotations: set enable_cdi = true", strings.Join(ctrd.Paths, ", "))
+	}
+	return nil
+}
+
+// hardeningWarning says how far a node serving l through tk is from
+// hardened; "" when it is.
+func hardeningWarning(l List, tk *nodeconfig.ToolkitConfig) string {
+	switch {
+	case l.Has(EnvVar) && !l.UsesCDI():
+		return "NODE NOT HARDENED: GPUs are handed out through NVIDIA_VISIBLE_DEVICES, which pods can forge: set " + nodeconfig.KeyAcceptVolumeMounts + " = true and " + nodeconfig.KeyAcceptEnvvarUnprivileged + " = false in " + tk.Path
+	case tk.AcceptEnvvarUnprivileged:
+		return "node not fully hardened: the toolkit still accepts NVIDIA_VISIBLE_DEVICES from unprivileged containers: set " + nodeconfig.KeyAcceptEnvvarUnprivileged + " = false in " + tk.Path
+	}
+	return ""
+}
+
+// auto picks the strategy the node's runtime honours, preferring the
+// channels pods cannot forge.
+func auto(tk *nodeconfig.ToolkitConfig, ctrd *nodeconfig.ContainerdConfig) (Choice, error) {
+	cdi := List{CDIAnnotations, CDICRI}
+	if containerdCDIOff(ctrd) {
+		cdi = List{CDIAnnotations}
+	}
 	switch {
 	case tk == nil:
 		return Choice{List: List{EnvVar}, Reason: "auto: no NVIDIA Container Toolkit config found",
-			Warning: "NODE NOT HARDENED: no toolkit config found, falling back to envvar, which pods can forge; pass --toolkit-config or configure the toolkit"}
+			Warning: "NODE NOT HARDENED: no toolkit config found, falling back to envvar, which pods can forge; pass --toolkit-config or configure the toolkit"}, nil
 	case tk.RuntimeMode == "cdi":
-		l := List{CDIAnnotations, CDICRI}
-		if ctrd != nil && ctrd.CDIEnabled != nil && !*ctrd.CDIEnabled {
-			l = List{CDIAnnotations}
-		}
-		c := Choice{List: l, Reason: "auto: the NVIDIA runtime is in CDI mode (" + tk.Path + ")"}
-		if tk.AcceptEnvvarUnprivileged {
-			c.Warning = "node not fully hardened: " + nodeconfig.KeyAcceptEnvvarUnprivileged + " = true in " + tk.Path
-		}
-		return c
+		return Choice{List: cdi, Reason: "auto: the NVIDIA runtime is in CDI mode (" + tk.Path + ")"}, nil
 	case tk.AcceptVolumeMounts:
-		c := Choice{List: List{VolumeMounts}, Reason: "auto: the toolkit accepts volume-mount device lists (" + tk.Path + ")"}
-		if tk.AcceptEnvvarUnprivileged {
-			c.Warning = "node not fully hardened: the toolkit still accepts NVIDIA_VISIBLE_DEVICES from unprivileged containers: set " + nodeconfig.KeyAcceptEnvvarUnprivileged + " = false in " + tk.Path
-		}
-		return c
-	default:
-		return Choice{List: List{EnvVar}, Reason: "auto: the toolkit accepts neither volume mounts nor CDI (" + tk.Path + ")",
-			Warning: "NODE NOT HARDENED: GPUs are handed out through NVIDIA_VISIBLE_DEVICES, which pods can forge: set " + nodeconfig.KeyAcceptVolumeMounts + " = true and " + nodeconfig.KeyAcceptEnvvarUnprivileged + " = false in " + tk.Path}
+		return Choice{List: List{VolumeMounts}, Reason: "auto: the toolkit accepts volume-mount device lists (" + tk.Path + ")"}, nil
+	case tk.AcceptEnvvarUnprivileged:
+		return Choice{List: List{EnvVar}, Reason: "auto: the toolkit accepts neither volume mounts nor CDI (" + tk.Path + ")"}, nil
+	case ctrd != nil && ctrd.CDIEnabled != nil && *ctrd.CDIEnabled:
+		// The toolkit honours no channel of its own, but containerd
+		// injects CDI devices itself.
+		return Choice{List: cdi, Reason: "auto: the toolkit rejects the env var and volume mounts, and containerd applies CDI devices (" + strings.Join(ctrd.Paths, ", ") + ")"}, nil
 	}
+	return Choice{}, fmt.Errorf("device-list strategy auto: the node honours no device list: the toolkit rejects NVIDIA_VISIBLE_DEVICES from unprivileged containers and volume mounts, its runtime is not in CDI mode (%s), and containerd is not known to apply CDI devices: set %s = true, or mode = \"cdi\", or enable_cdi = true in containerd", tk.Path, nodeconfig.KeyAcceptVolumeMounts)
+}
+
+// containerdCDIOff is true when containerd's config turns CDI off.
+func containerdCDIOff(ctrd *nodeconfig.ContainerdConfig) bool {
+	return ctrd != nil && ctrd.CDIEnabled != nil && !*ctrd.CDIEnabled
 }
 
 func runtimePassesCDIAnnotations(c *nodeconfig.ContainerdConfig) bool {

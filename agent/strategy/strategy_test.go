@@ -53,7 +53,6 @@ func TestAutoChoices(t *testing.T) {
 	}{
 		{"hardened", "volume-mounts", ""},
 		{"default", "envvar", "NODE NOT HARDENED"},
-		{"inconsistent", "envvar", "NODE NOT HARDENED"},
 		{"operator-cdi", "cdi-annotations,cdi-cri", ""},
 	}
 	for _, tc := range cases {
@@ -72,6 +71,44 @@ func TestAutoChoices(t *testing.T) {
 	ch, err := Resolve("", nil, nil)
 	if err != nil || ch.List.String() != "envvar" || !strings.Contains(ch.Warning, "NODE NOT HARDENED") {
 		t.Errorf("no toolkit config: %+v %v", ch, err)
+	}
+}
+
+// A toolkit that rejects the env var and volume mounts outside CDI mode
+// leaves auto only containerd's own CDI support; without it auto refuses
+// rather than pick a channel GPU pods would get nothing through.
+func TestAutoWhenTheToolkitHonoursNoChannel(t *testing.T) {
+	tk, ctrd := toolkit(t, "inconsistent")
+	if _, err := Resolve("auto", tk, ctrd); err == nil || !strings.Contains(err.Error(), nodeconfig.KeyAcceptVolumeMounts+" = true") {
+		t.Fatalf("enable_cdi = false: got %v, want a refusal naming the setting", err)
+	}
+	on := true
+	ctrd.CDIEnabled = &on
+	ch, err := Resolve("auto", tk, ctrd)
+	if err != nil || ch.List.String() != "cdi-annotations,cdi-cri" || ch.Warning != "" {
+		t.Fatalf("enable_cdi = true: %+v %v, want CDI without warning", ch, err)
+	}
+	ctrd.CDIEnabled = nil
+	if _, err := Resolve("auto", tk, ctrd); err == nil {
+		t.Fatal("unknown containerd CDI support: accepted")
+	}
+}
+
+// In CDI mode with containerd's CDI off, only the NVIDIA runtime can read
+// CDI annotations, and only those its containerd runtime passes through.
+func TestAutoCDIModeNeedsAnnotationPassthrough(t *testing.T) {
+	tk, ctrd := toolkit(t, "operator-cdi")
+	off := false
+	ctrd.CDIEnabled = &off
+	ch, err := Resolve("auto", tk, ctrd)
+	if err != nil || ch.List.String() != "cdi-annotations" {
+		t.Fatalf("with container_annotations: %+v %v", ch, err)
+	}
+	r := ctrd.Runtimes["nvidia-cdi"]
+	r.ContainerAnnotations = nil
+	ctrd.Runtimes["nvidia-cdi"] = r
+	if _, err := Resolve("auto", tk, ctrd); err == nil || !strings.Contains(err.Error(), "enable_cdi = true") {
+		t.Fatalf("without container_annotations: got %v, want a refusal", err)
 	}
 }
 

@@ -73,7 +73,7 @@ func command() *cobra.Command {
 			}()
 
 			if cfg.MetricsAddr != "" {
-				if err := agent.ServeHTTP(ctx, cfg.MetricsAddr, reg); err != nil {
+				if _, err := agent.ServeHTTP(ctx, cfg.MetricsAddr, reg); err != nil {
 					log.Error(err, "cannot serve metrics", "addr", cfg.MetricsAddr)
 					return err
 				}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,18 +42,15 @@ func TestBinaryServesMockNode(t *testing.T) {
 
 	cmd := exec.Command(bin, "--backend=mock:dgxa100", "--device-plugin-dir", dir, "--node-name", "demo-node",
 		"--metrics-addr=127.0.0.1:0", "--host-root", t.TempDir())
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-		}
-	}()
+	// Kill on early failure; after a clean exit this is a harmless no-op.
+	defer func() { _ = cmd.Process.Kill() }()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -79,7 +77,7 @@ func TestBinaryServesMockNode(t *testing.T) {
 	if len(list.Devices) != 8 {
 		t.Fatalf("%d devices, want 8", len(list.Devices))
 	}
-	if status, err := os.ReadFile("/proc/" + itoa(cmd.Process.Pid) + "/status"); err == nil {
+	if status, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/status"); err == nil {
 		for _, line := range strings.Split(string(status), "\n") {
 			if strings.HasPrefix(line, "VmRSS:") {
 				t.Logf("agent resident memory serving 8 mock GPUs: %s", strings.TrimSpace(strings.TrimPrefix(line, "VmRSS:")))
@@ -108,4 +106,21 @@ func TestBinaryServesMockNode(t *testing.T) {
 	}
 }
 
-func itoa(i int) string { return strconv.Itoa(i) }
+// syncBuffer collects the agent's output; the test reads it while the
+// process may still write.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
