@@ -62,7 +62,7 @@ func startServer(t testing.TB, policyFile string) *server {
 		base:   fmt.Sprintf("https://localhost:%d", port),
 		probes: fmt.Sprintf("http://127.0.0.1:%d", probePort),
 		client: newTLSClient(pool),
-		pool: pool, cancel: cancel, done: make(chan error, 1),
+		pool:   pool, cancel: cancel, done: make(chan error, 1),
 	}
 	go func() {
 		s.done <- Run(ctx, Options{Host: "127.0.0.1", Port: port, CertDir: dir, CertName: "tls.crt", KeyName: "tls.key",
