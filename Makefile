@@ -5,7 +5,9 @@ STATICCHECK_VERSION ?= v0.8.2
 FUZZTIME ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all build build-gpuguard build-agent test unit lint fuzz bench clean tools
+E2E_TIMEOUT ?= 40m
+
+.PHONY: all build build-gpuguard build-agent test unit lint fuzz bench e2e upstream demo bench-e2e clean
 
 all: build
 
@@ -19,7 +21,9 @@ build-gpuguard:
 build-agent:
 	@if [ -d cmd/gpuguard-agent ]; then CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/gpuguard-agent ./cmd/gpuguard-agent; fi
 
-test: lint unit fuzz
+# Everything: lint, unit tests, a bounded fuzz run, and the end-to-end suite on a
+# real kube-apiserver and etcd built from pinned sources.
+test: lint unit fuzz e2e
 
 unit: build-gpuguard
 	$(GO) test -count=1 ./...
@@ -38,6 +42,22 @@ fuzz:
 
 bench:
 	$(GO) test ./... -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME)
+
+# Pinned upstream binaries (kube-apiserver, etcd) built from source into _output/bin.
+upstream:
+	bash hack/build-upstream.sh
+
+e2e: upstream
+	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./e2e/...
+
+# Pod create latency through a real API server with and without gpuguard.
+bench-e2e: upstream
+	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run '^$$' -bench PodCreate ./e2e/
+
+# A local control plane with gpuguard installed; applies examples/ and shows what
+# the API server did with each object.
+demo: upstream
+	$(GO) run ./e2e/demo
 
 clean:
 	rm -rf $(BIN)

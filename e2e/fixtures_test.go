@@ -1,0 +1,170 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/internal/manifest"
+	"github.com/gpuguard/gpuguard/policy"
+)
+
+// fixture is the part of policy/testdata's fixtures this suite uses.
+type fixture struct {
+	Expect          []string           `json:"expect"`
+	Phase           string             `json:"phase"`
+	Operation       string             `json:"operation"`
+	SubResource     string             `json:"subResource"`
+	Namespace       string             `json:"namespace"`
+	NamespaceLabels map[string]string  `json:"namespaceLabels"`
+	Username        string             `json:"username"`
+	Policy          map[string]any     `json:"policy"`
+	ConfigMaps      []corev1.ConfigMap `json:"configMaps"`
+	Object          json.RawMessage    `json:"object"`
+}
+
+// plain: a CREATE under the default policy, as a tenant would send it.
+func (f *fixture) plain() bool {
+	return (f.Operation == "" || f.Operation == "CREATE") && f.Phase == "" && f.SubResource == "" &&
+		len(f.Policy) == 0 && f.Username == "" && len(f.NamespaceLabels) == 0 && f.Namespace == ""
+}
+
+var resources = map[string]schema.GroupVersionResource{
+	"Pod": {Version: "v1", Resource: "pods"}, "PodTemplate": {Version: "v1", Resource: "podtemplates"},
+	"ReplicationController": {Version: "v1", Resource: "replicationcontrollers"},
+	"Deployment":            {Group: "apps", Version: "v1", Resource: "deployments"},
+	"ReplicaSet":            {Group: "apps", Version: "v1", Resource: "replicasets"},
+	"StatefulSet":           {Group: "apps", Version: "v1", Resource: "statefulsets"},
+	"DaemonSet":             {Group: "apps", Version: "v1", Resource: "daemonsets"},
+	"Job":                   {Group: "batch", Version: "v1", Resource: "jobs"},
+	"CronJob":               {Group: "batch", Version: "v1", Resource: "cronjobs"},
+}
+
+// TestThreatModelFixtures sends every plain CREATE fixture of the engine's test
+// suite through the real API server: fail fixtures must be denied naming exactly
+// their rules, and pass fixtures stored with the env the engine computes.
+func TestThreatModelFixtures(t *testing.T) {
+	dyn, err := dynamic.NewForConfig(s.cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := policy.New(config.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join("..", "policy", "testdata", "*", "*.yaml"))
+	ran := 0
+	for _, path := range files {
+		f := &fixture{}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sigsyaml.Unmarshal(data, f); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if !f.plain() {
+			continue
+		}
+		ran++
+		name := filepath.Base(filepath.Dir(path)) + "/" + strings.TrimSuffix(filepath.Base(path), ".yaml")
+		t.Run(name, func(t *testing.T) { runFixture(t, dyn, engine, f, strings.HasPrefix(name, "fail/")) })
+	}
+	if ran < 50 {
+		t.Errorf("only %d fixtures ran through the API server", ran)
+	}
+}
+
+func runFixture(t *testing.T, dyn dynamic.Interface, engine *policy.Engine, f *fixture, fail bool) {
+	ctx := context.Background()
+	// A namespace of its own, so that the ConfigMaps of one fixture (and the
+	// webhook's short cache of them) do not leak into another.
+	ns := fmt.Sprintf("fx-%08x", crc32.ChecksumIEEE([]byte(t.Name())))
+	if err := framework.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range f.ConfigMaps {
+		cm.Namespace = ns
+		if _, err := s.cp.Client.CoreV1().ConfigMaps(ns).Create(ctx, &cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	typed, err := manifest.DecodeObject(f.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	if u.Object, err = runtime.DefaultUnstructuredConverter.ToUnstructured(typed); err != nil {
+		t.Fatal(err)
+	}
+	u.SetNamespace(ns)
+	gvr := resources[u.GetKind()]
+	created, err := dyn.Resource(gvr).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
+	if fail {
+		want := slices.Clone(f.Expect)
+		slices.Sort(want)
+		if got := deniedRules(t, err); !slices.Equal(got, slices.Compact(want)) {
+			t.Errorf("the API server denied with rules %v, the fixture expects %v", got, want)
+		}
+		return
+	}
+	if apierrors.IsInvalid(err) {
+		t.Skipf("not a valid object for the API server, whatever gpuguard says: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("a pass fixture was refused: %v", err)
+	}
+	pod, ok := typed.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	want, err := engine.Admit(ctx, policy.Request{Operation: admissionv1.Create, Namespace: ns, Object: pod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	patched, err := policy.ApplyPatch(pod, want.Patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := &corev1.Pod{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(created.Object, stored); err != nil {
+		t.Fatal(err)
+	}
+	wantPod := patched.(*corev1.Pod)
+	for i, c := range stored.Spec.Containers {
+		if !envEqual(c.Env, wantPod.Spec.Containers[i].Env) {
+			t.Errorf("container %s stored with env %v, the engine computes %v", c.Name, c.Env, wantPod.Spec.Containers[i].Env)
+		}
+	}
+	for i, c := range stored.Spec.InitContainers {
+		if !envEqual(c.Env, wantPod.Spec.InitContainers[i].Env) {
+			t.Errorf("init container %s stored with env %v, the engine computes %v", c.Name, c.Env, wantPod.Spec.InitContainers[i].Env)
+		}
+	}
+}
+
+func envEqual(a, b []corev1.EnvVar) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}

@@ -1,0 +1,152 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// BuildGPUGuard builds the static gpuguard binary from the repository's main.go.
+func BuildGPUGuard(repoRoot, outDir string) (string, error) {
+	bin := filepath.Join(outDir, "gpuguard")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building gpuguard: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Webhook is the real `gpuguard webhook` binary running as its own process.
+type Webhook struct {
+	Binary     string
+	Kubeconfig string
+	CertDir    string
+	// Port serves /mutate and /validate; ProbePort /healthz and /readyz.
+	Port, ProbePort int
+	// Extra flags, such as --cert-secret.
+	Extra []string
+	// Log collects the process's output.
+	Log string
+
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// NewWebhook picks free ports for a webhook process.
+func NewWebhook(binary, kubeconfig, certDir, logDir string) (*Webhook, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	probe, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	return &Webhook{Binary: binary, Kubeconfig: kubeconfig, CertDir: certDir, Port: port, ProbePort: probe,
+		Log: filepath.Join(logDir, "gpuguard-webhook.log")}, nil
+}
+
+// Start starts the process; Ready tells when it serves.
+func (w *Webhook) Start(policyConfigMap string) error {
+	args := []string{"webhook",
+		"--kubeconfig", w.Kubeconfig, "--policy-configmap", policyConfigMap,
+		"--host", "127.0.0.1", "--port", strconv.Itoa(w.Port), "--cert-dir", w.CertDir,
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", w.ProbePort), "--metrics-bind-address", "0",
+		"--configmap-cache-ttl", "1s",
+	}
+	log, err := os.OpenFile(w.Log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	w.cmd = exec.Command(w.Binary, append(args, w.Extra...)...)
+	w.cmd.Stdout, w.cmd.Stderr = log, log
+	if err := w.cmd.Start(); err != nil {
+		log.Close()
+		return err
+	}
+	w.done = make(chan error, 1)
+	go func() { w.done <- w.cmd.Wait(); log.Close() }()
+	return nil
+}
+
+// WaitReady polls /readyz until the webhook has a policy and serves TLS.
+func (w *Webhook) WaitReady(ctx context.Context, timeout time.Duration) error {
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", w.ProbePort)
+	return Poll(ctx, timeout, func() (bool, error) {
+		select {
+		case err := <-w.done:
+			return false, fmt.Errorf("webhook exited: %v (log: %s)", err, w.Log)
+		default:
+		}
+		resp, err := http.Get(url)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}
+
+// Stop sends SIGTERM and waits for a clean exit.
+func (w *Webhook) Stop() error { return w.signal(syscall.SIGTERM) }
+
+// Kill ends the process at once, as a crash would.
+func (w *Webhook) Kill() error { return w.signal(syscall.SIGKILL) }
+
+func (w *Webhook) signal(sig syscall.Signal) error {
+	if w.cmd == nil || w.cmd.Process == nil {
+		return nil
+	}
+	_ = w.cmd.Process.Signal(sig)
+	select {
+	case err := <-w.done:
+		w.cmd = nil
+		if sig == syscall.SIGKILL {
+			return nil
+		}
+		return err
+	case <-time.After(90 * time.Second):
+		return fmt.Errorf("webhook did not exit after %v", sig)
+	}
+}
+
+// FreePort asks the kernel for an unused loopback port.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Poll calls cond every 100 ms until it is true, fails, or timeout passes.
+func Poll(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("condition not met within %v", timeout)
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,116 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+const cudaImage = "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04"
+
+func plainPod(name string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: cudaImage}}}}
+}
+
+func withEnv(p *corev1.Pod, env ...corev1.EnvVar) *corev1.Pod {
+	p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, env...)
+	return p
+}
+
+func gpuContainer(name string) corev1.Container {
+	q := resource.MustParse("1")
+	return corev1.Container{Name: name, Image: cudaImage, Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{"nvidia.com/gpu": q}, Requests: corev1.ResourceList{"nvidia.com/gpu": q}}}
+}
+
+var allGPUs = corev1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}
+
+// lastEnv is a variable's effective value: the last entry wins.
+func lastEnv(c corev1.Container, name string) string {
+	v := "<unset>"
+	for _, e := range c.Env {
+		if e.Name == name {
+			v = e.Value
+		}
+	}
+	return v
+}
+
+var deniedRule = regexp.MustCompile(`\[([a-z-]+)\]: `)
+
+// deniedRules returns the rules named in a gpuguard denial, or fails the test when
+// err is not one.
+func deniedRules(t *testing.T, err error) []string {
+	t.Helper()
+	if err == nil {
+		t.Fatal("created, want a gpuguard denial")
+	}
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "gpuguard denied") {
+		t.Fatalf("want a gpuguard denial (403), got: %v", err)
+	}
+	var rules []string
+	for _, m := range deniedRule.FindAllStringSubmatch(err.Error(), -1) {
+		rules = append(rules, m[1])
+	}
+	slices.Sort(rules)
+	return slices.Compact(rules)
+}
+
+func expectDenied(t *testing.T, err error, rules ...string) {
+	t.Helper()
+	got := deniedRules(t, err)
+	for _, r := range rules {
+		if !slices.Contains(got, r) {
+			t.Errorf("denial names rules %v, want %s among them: %v", got, r, err)
+		}
+	}
+}
+
+// warnings collects the admission warnings a client receives.
+type warnings struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seen = append(w.seen, text)
+}
+
+func (w *warnings) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.seen)
+}
+
+// clientWithWarnings is a client whose admission warnings are collected.
+func clientWithWarnings(t *testing.T) (kubernetes.Interface, *warnings) {
+	t.Helper()
+	w := &warnings{}
+	cfg := rest.CopyConfig(s.cp.Config)
+	cfg.WarningHandler = w
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, w
+}
+
+func deletePod(ctx context.Context, ns, name string) {
+	zero := int64(0)
+	_ = s.cp.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+}
