@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -21,15 +22,20 @@ type WebhookConfigurations struct {
 // PointAt rewrites every webhook's client config to https://localhost:PORT/PATH with
 // the given CA bundle: Endpoints cannot point at loopback, so a webhook running
 // beside the API server is reached by URL. The path is kept from the Service
-// reference.
+// reference, or from the URL when pointed before.
 func (w *WebhookConfigurations) PointAt(port int, caBundle []byte) {
 	rewrite := func(cc *admissionregistrationv1.WebhookClientConfig) {
 		path := "/"
-		if cc.Service != nil && cc.Service.Path != nil {
+		switch {
+		case cc.Service != nil && cc.Service.Path != nil:
 			path = *cc.Service.Path
+		case cc.URL != nil:
+			if u, err := url.Parse(*cc.URL); err == nil {
+				path = u.Path
+			}
 		}
-		url := fmt.Sprintf("https://localhost:%d%s", port, path)
-		cc.Service, cc.URL, cc.CABundle = nil, &url, caBundle
+		target := fmt.Sprintf("https://localhost:%d%s", port, path)
+		cc.Service, cc.URL, cc.CABundle = nil, &target, caBundle
 	}
 	for i := range w.Mutating.Webhooks {
 		rewrite(&w.Mutating.Webhooks[i].ClientConfig)
