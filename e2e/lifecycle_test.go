@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,7 +100,7 @@ func TestFailsClosedWhenTheWebhookIsDown(t *testing.T) {
 	}()
 	pods := s.cp.Client.CoreV1().Pods(enforceNS)
 	_, err := pods.Create(ctx, plainPod("while-down"), metav1.CreateOptions{})
-	if err == nil || !strings.Contains(err.Error(), "validate-pods.gpuguard.io") {
+	if err == nil || !strings.Contains(err.Error(), "validate.pods.gpuguard.io") {
 		t.Errorf("with gpuguard down, pod creation in a guarded namespace must fail closed, got %v", err)
 	}
 	other, err := s.cp.Client.CoreV1().Pods(excludedNS).Create(ctx, plainPod("unaffected"), metav1.CreateOptions{})
@@ -192,7 +193,7 @@ func TestSelfManagedCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	configs, err := framework.GPUGuardWebhooks(releaseNS)
+	configs, err := framework.GPUGuardWebhooks(filepath.Join("..", "charts", "gpuguard"), releaseNS)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,7 +86,7 @@ func run(m *testing.M) (int, error) {
 			return 1, err
 		}
 	}
-	in, err := framework.Install(ctx, cp, root, releaseNS, suitePolicy, excludedNS, selfManagedNS)
+	in, err := framework.Install(ctx, cp, root, releaseNS, suitePolicy, excludedNS, selfManagedNS, chartNamespace)
 	if err != nil {
 		return 1, err
 	}

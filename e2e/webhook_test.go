@@ -79,10 +79,10 @@ func TestAuditNamespaceRecordsAnnotations(t *testing.T) {
 	}
 	defer deletePod(ctx, auditNS, p.Name)
 	err := framework.Poll(ctx, 30*time.Second, func() (bool, error) {
-		return auditLogHas(`"name":"audited"`, `"validate-pods.gpuguard.io/device-env"`), nil
+		return auditLogHas(`"name":"audited"`, `"validate.pods.gpuguard.io/device-env"`), nil
 	})
 	if err != nil {
-		t.Errorf("no audit event for the pod with the annotation validate-pods.gpuguard.io/device-env: %v", err)
+		t.Errorf("no audit event for the pod with the annotation validate.pods.gpuguard.io/device-env: %v", err)
 	}
 }
 

@@ -63,7 +63,7 @@ func Install(ctx context.Context, cp *ControlPlane, repoRoot, namespace, policyY
 	if err := in.StartWebhook(ctx); err != nil {
 		return nil, err
 	}
-	if in.Configs, err = GPUGuardWebhooks(namespace, excluded...); err != nil {
+	if in.Configs, err = GPUGuardWebhooks(filepath.Join(repoRoot, "charts", "gpuguard"), namespace, excluded...); err != nil {
 		return nil, err
 	}
 	in.Configs.PointAt(in.Webhook.Port, in.CA.PEM)

@@ -1,0 +1,851 @@
+// Package charts tests the gpuguard Helm chart with the Helm SDK: lint, golden
+// renderings of the main value combinations, strict decoding of every rendered
+// object, and the security properties the chart promises.
+package charts
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+
+	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/chartrender"
+	"github.com/gpuguard/gpuguard/policy"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+const (
+	chartDir    = "gpuguard"
+	releaseName = "gpuguard"
+	namespace   = "gpuguard-system"
+	kubeVersion = chartrender.KubeVersion
+	fullname    = "gpuguard"
+)
+
+// renderCase is one value combination with a golden file.
+type renderCase struct {
+	name   string
+	values string
+}
+
+var cases = []renderCase{
+	{"default", ``},
+	{"cert-manager", `
+certificates:
+  mode: cert-manager
+`},
+	{"cert-manager-issuer", `
+certificates:
+  mode: cert-manager
+  certManager:
+    issuerRef: {name: corp-ca, kind: ClusterIssuer, group: cert-manager.io}
+`},
+	{"existing-secret", `
+certificates:
+  mode: secret
+  existingSecret:
+    name: corp-webhook-tls
+    caBundle: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==
+`},
+	{"agent-off", `
+agent:
+  enabled: false
+`},
+	{"gpu-operator", `
+policy:
+  presets:
+    gpuOperator:
+      enabled: true
+`},
+	{"custom-policy", `
+policy:
+  mode: warn
+  spec:
+    action: strip
+    env:
+      unprefixedEnvFromOnGPU: warn
+    exemptions:
+      serviceAccounts:
+        - {namespace: ci, name: gpu-smoke-test}
+`},
+	{"custom-document", `
+policy:
+  document: |
+    apiVersion: gpuguard.io/v1alpha1
+    kind: GPUGuardPolicy
+    metadata:
+      name: strict
+    spec:
+      mode: enforce
+      advisories:
+        privileged: deny
+`},
+	{"system-namespaces", `
+admission:
+  systemNamespaces: [kube-public, longhorn-system, rook-ceph, calico-system]
+`},
+	{"observability", `
+metrics:
+  serviceMonitor:
+    enabled: true
+    labels: {release: prometheus}
+agent:
+  publishNodeLabels: true
+webhook:
+  image: {digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
+`},
+}
+
+func loadChart(t *testing.T) *chart.Chart {
+	t.Helper()
+	c, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatalf("loading the chart: %v", err)
+	}
+	return c
+}
+
+func parseValues(t *testing.T, s string) map[string]any {
+	t.Helper()
+	v, err := chartutil.ReadValues([]byte(s))
+	if err != nil {
+		t.Fatalf("values: %v", err)
+	}
+	return v
+}
+
+// rendered is one release rendered client-side, as helm template does, with the
+// golden text of it: manifests, hooks and NOTES.txt.
+type rendered struct {
+	*chartrender.Release
+	golden string
+}
+
+func render(t *testing.T, c *chart.Chart, values map[string]any) (*rendered, error) {
+	t.Helper()
+	rel, err := chartrender.Render(c, releaseName, namespace, values, "cert-manager.io/v1", "monitoring.coreos.com/v1")
+	if err != nil {
+		return nil, err
+	}
+	var b strings.Builder
+	b.WriteString(rel.Raw)
+	for _, h := range rel.Hooks {
+		fmt.Fprintf(&b, "\n---\n# Hook: %s\n%s\n", h.Path, h.Manifest)
+	}
+	fmt.Fprintf(&b, "\n---\n# NOTES.txt\n%s", commentOut(rel.Notes))
+	return &rendered{Release: rel, golden: b.String()}, nil
+}
+
+func commentOut(s string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString(strings.TrimRight("# "+l, " ") + "\n")
+	}
+	return b.String()
+}
+
+func renderCaseValues(t *testing.T, c *chart.Chart, rc renderCase) *rendered {
+	t.Helper()
+	r, err := render(t, c, parseValues(t, rc.values))
+	if err != nil {
+		t.Fatalf("rendering %s: %v", rc.name, err)
+	}
+	return r
+}
+
+// TestLint runs helm lint on the chart with the defaults and with every case.
+func TestLint(t *testing.T) {
+	kv, err := chartutil.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rc := range cases {
+		if strings.HasPrefix(rc.name, "cert-manager") {
+			continue // lint renders without cert-manager's API; rendering covers it
+		}
+		t.Run(rc.name, func(t *testing.T) {
+			linter := lint.AllWithKubeVersion(chartDir, parseValues(t, rc.values), namespace, kv)
+			for _, m := range linter.Messages {
+				if m.Severity >= support.WarningSev {
+					t.Errorf("helm lint: %s", m)
+				}
+			}
+		})
+	}
+}
+
+// TestGolden compares each rendering with testdata/<case>.yaml (-update rewrites them).
+func TestGolden(t *testing.T) {
+	c := loadChart(t)
+	for _, rc := range cases {
+		t.Run(rc.name, func(t *testing.T) {
+			r := renderCaseValues(t, c, rc)
+			path := filepath.Join("testdata", rc.name+".yaml")
+			if *update {
+				if err := os.WriteFile(path, []byte(r.golden), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./charts -update)", err)
+			}
+			if string(want) != r.golden {
+				t.Errorf("rendering differs from %s; if intended, run go test ./charts -update and review the diff\n%s", path, firstDiff(string(want), r.golden))
+			}
+		})
+	}
+}
+
+func firstDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			return fmt.Sprintf("line %d:\n  want %q\n  got  %q", i+1, wl, gl)
+		}
+	}
+	return ""
+}
+
+// decoder decodes built-in kinds strictly: unknown and duplicate fields fail.
+var decoder = serializer.NewCodecFactory(clientgoscheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+
+// Kinds of other APIs the chart renders, decoded strictly into the subset of
+// their schema the chart uses (cert-manager.io/v1, monitoring.coreos.com/v1).
+type objectMeta struct {
+	Name        string            `json:"name"`
+	Namespace   string            `json:"namespace"`
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+type issuerRef struct {
+	Name  string `json:"name"`
+	Kind  string `json:"kind,omitempty"`
+	Group string `json:"group,omitempty"`
+}
+
+type certificate struct {
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Metadata   objectMeta `json:"metadata"`
+	Spec       struct {
+		IsCA        bool     `json:"isCA,omitempty"`
+		CommonName  string   `json:"commonName,omitempty"`
+		SecretName  string   `json:"secretName"`
+		Duration    string   `json:"duration,omitempty"`
+		RenewBefore string   `json:"renewBefore,omitempty"`
+		DNSNames    []string `json:"dnsNames,omitempty"`
+		Usages      []string `json:"usages,omitempty"`
+		PrivateKey  *struct {
+			Algorithm      string `json:"algorithm,omitempty"`
+			Size           int    `json:"size,omitempty"`
+			RotationPolicy string `json:"rotationPolicy,omitempty"`
+		} `json:"privateKey,omitempty"`
+		IssuerRef issuerRef `json:"issuerRef"`
+	} `json:"spec"`
+}
+
+type issuer struct {
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Metadata   objectMeta `json:"metadata"`
+	Spec       struct {
+		SelfSigned *struct{} `json:"selfSigned,omitempty"`
+		CA         *struct {
+			SecretName string `json:"secretName"`
+		} `json:"ca,omitempty"`
+	} `json:"spec"`
+}
+
+type serviceMonitor struct {
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Metadata   objectMeta `json:"metadata"`
+	Spec       struct {
+		Selector          struct{ MatchLabels map[string]string } `json:"selector"`
+		NamespaceSelector struct {
+			MatchNames []string `json:"matchNames"`
+		} `json:"namespaceSelector"`
+		Endpoints []struct {
+			Port     string `json:"port"`
+			Path     string `json:"path"`
+			Interval string `json:"interval"`
+		} `json:"endpoints"`
+	} `json:"spec"`
+}
+
+// decodeAll decodes every object of a rendering strictly.
+func decodeAll(t *testing.T, docs []string) []runtime.Object {
+	t.Helper()
+	var objs []runtime.Object
+	for _, doc := range docs {
+		var head struct{ APIVersion, Kind string }
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatalf("not YAML: %v\n%s", err, doc)
+		}
+		if head.Kind == "" {
+			continue
+		}
+		var err error
+		switch head.APIVersion {
+		case "cert-manager.io/v1":
+			switch head.Kind {
+			case "Certificate":
+				err = yaml.UnmarshalStrict([]byte(doc), &certificate{})
+			case "Issuer":
+				err = yaml.UnmarshalStrict([]byte(doc), &issuer{})
+			default:
+				err = fmt.Errorf("unexpected kind")
+			}
+		case "monitoring.coreos.com/v1":
+			if head.Kind != "ServiceMonitor" {
+				err = fmt.Errorf("unexpected kind")
+			} else {
+				err = yaml.UnmarshalStrict([]byte(doc), &serviceMonitor{})
+			}
+		default:
+			var obj runtime.Object
+			obj, _, err = decoder.Decode([]byte(doc), nil, nil)
+			if err == nil {
+				objs = append(objs, obj)
+			}
+		}
+		if err != nil {
+			t.Errorf("%s %s does not decode strictly: %v\n%s", head.APIVersion, head.Kind, err, doc)
+		}
+	}
+	return objs
+}
+
+func docs(r *rendered, withHooks bool) []string { return r.Documents(withHooks) }
+
+func findAll[T runtime.Object](objs []runtime.Object) []T {
+	var out []T
+	for _, o := range objs {
+		if v, ok := o.(T); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func one[T runtime.Object](t *testing.T, objs []runtime.Object) T {
+	t.Helper()
+	all := findAll[T](objs)
+	if len(all) != 1 {
+		var zero T
+		t.Fatalf("want one %T, got %d", zero, len(all))
+	}
+	return all[0]
+}
+
+// TestStrictDecode decodes every object of every case, hooks included.
+func TestStrictDecode(t *testing.T) {
+	c := loadChart(t)
+	for _, rc := range cases {
+		t.Run(rc.name, func(t *testing.T) {
+			decodeAll(t, docs(renderCaseValues(t, c, rc), true))
+		})
+	}
+}
+
+// TestWebhookConfigurations checks failure policies, selectors and the rest of
+// what the issue specifies, in every case.
+func TestWebhookConfigurations(t *testing.T) {
+	c := loadChart(t)
+	for _, rc := range cases {
+		t.Run(rc.name, func(t *testing.T) {
+			r := renderCaseValues(t, c, rc)
+			objs := decodeAll(t, docs(r, false))
+			wantExcluded := []string{"kube-system", "kube-node-lease", namespace}
+			sys := []string{"calico-system", "tigera-operator", "kube-flannel", "cert-manager"}
+			if rc.name == "system-namespaces" {
+				sys = []string{"kube-public", "longhorn-system", "rook-ceph", "calico-system"}
+			}
+			wantExcluded = append(wantExcluded, sys...)
+
+			mwc := one[*admissionv1.MutatingWebhookConfiguration](t, objs)
+			vwc := one[*admissionv1.ValidatingWebhookConfiguration](t, objs)
+			if len(mwc.Webhooks) != 1 || len(vwc.Webhooks) != 2 {
+				t.Fatalf("want 1 mutating and 2 validating webhooks, got %d and %d", len(mwc.Webhooks), len(vwc.Webhooks))
+			}
+			m := mwc.Webhooks[0]
+			checkCommon(t, m.Name, m.ClientConfig, m.SideEffects, m.AdmissionReviewVersions, m.NamespaceSelector, m.ObjectSelector, wantExcluded, "/mutate", rc.name)
+			checkFailure(t, m.Name, m.FailurePolicy, admissionv1.Ignore)
+			if m.ReinvocationPolicy == nil || *m.ReinvocationPolicy != admissionv1.IfNeededReinvocationPolicy {
+				t.Errorf("%s: reinvocationPolicy must be IfNeeded", m.Name)
+			}
+			checkRules(t, m.Name, m.Rules, map[string][]string{"pods": {"CREATE"}, "pods/ephemeralcontainers": {"UPDATE"}})
+			checkTimeout(t, m.Name, m.TimeoutSeconds, 5)
+
+			pods, ctrls := vwc.Webhooks[0], vwc.Webhooks[1]
+			for _, w := range vwc.Webhooks {
+				checkCommon(t, w.Name, w.ClientConfig, w.SideEffects, w.AdmissionReviewVersions, w.NamespaceSelector, w.ObjectSelector, wantExcluded, "/validate", rc.name)
+			}
+			checkFailure(t, pods.Name, pods.FailurePolicy, admissionv1.Fail)
+			checkFailure(t, ctrls.Name, ctrls.FailurePolicy, admissionv1.Ignore)
+			checkRules(t, pods.Name, pods.Rules, map[string][]string{"pods": {"CREATE", "UPDATE"}, "pods/ephemeralcontainers": {"UPDATE"}})
+			checkRules(t, ctrls.Name, ctrls.Rules, map[string][]string{
+				"deployments": {"CREATE", "UPDATE"}, "replicasets": {"CREATE", "UPDATE"}, "statefulsets": {"CREATE", "UPDATE"},
+				"daemonsets": {"CREATE", "UPDATE"}, "jobs": {"CREATE", "UPDATE"}, "cronjobs": {"CREATE", "UPDATE"},
+				"replicationcontrollers": {"CREATE", "UPDATE"}, "podtemplates": {"CREATE", "UPDATE"},
+			})
+			checkTimeout(t, pods.Name, pods.TimeoutSeconds, 5)
+			checkTimeout(t, ctrls.Name, ctrls.TimeoutSeconds, 3)
+
+			// helm uninstall deletes them: regular resources, never kept, never hooks.
+			for _, meta := range []map[string]string{mwc.Annotations, vwc.Annotations} {
+				if meta["helm.sh/resource-policy"] != "" || meta["helm.sh/hook"] != "" {
+					t.Errorf("webhook configurations must be plain release resources, got annotations %v", meta)
+				}
+			}
+			inject := "cert-manager.io/inject-ca-from"
+			if strings.HasPrefix(rc.name, "cert-manager") {
+				if mwc.Annotations[inject] != namespace+"/gpuguard-webhook" || vwc.Annotations[inject] != namespace+"/gpuguard-webhook" {
+					t.Errorf("cert-manager mode: want %s on both configurations", inject)
+				}
+			} else if mwc.Annotations[inject] != "" || vwc.Annotations[inject] != "" {
+				t.Errorf("%s outside cert-manager mode", inject)
+			}
+		})
+	}
+}
+
+func checkCommon(t *testing.T, name string, cc admissionv1.WebhookClientConfig, se *admissionv1.SideEffectClass, arv []string,
+	ns, obj *metav1.LabelSelector, excluded []string, path, caseName string) {
+	t.Helper()
+	if se == nil || *se != admissionv1.SideEffectClassNone {
+		t.Errorf("%s: sideEffects must be None", name)
+	}
+	if !slices.Equal(arv, []string{"v1"}) {
+		t.Errorf("%s: admissionReviewVersions = %v, want [v1]", name, arv)
+	}
+	if obj != nil {
+		t.Errorf("%s: objectSelector must not be set (users control pod labels)", name)
+	}
+	if ns == nil || len(ns.MatchLabels) != 0 || len(ns.MatchExpressions) != 1 {
+		t.Fatalf("%s: namespaceSelector must be one expression, got %+v", name, ns)
+	}
+	e := ns.MatchExpressions[0]
+	if e.Key != "kubernetes.io/metadata.name" || e.Operator != "NotIn" {
+		t.Errorf("%s: namespaceSelector must be NotIn on kubernetes.io/metadata.name, got %+v", name, e)
+	}
+	if got, want := sorted(e.Values), sorted(excluded); !slices.Equal(got, want) {
+		t.Errorf("%s: excluded namespaces = %v, want %v", name, got, want)
+	}
+	if cc.Service == nil || cc.Service.Name != "gpuguard-webhook" || cc.Service.Namespace != namespace || cc.Service.Path == nil || *cc.Service.Path != path ||
+		cc.Service.Port == nil || *cc.Service.Port != 443 || cc.URL != nil {
+		t.Errorf("%s: clientConfig = %+v", name, cc)
+	}
+	if (caseName == "existing-secret") != (len(cc.CABundle) > 0) {
+		t.Errorf("%s: caBundle is set only with an existing Secret (got %d bytes)", name, len(cc.CABundle))
+	}
+}
+
+func checkFailure(t *testing.T, name string, got *admissionv1.FailurePolicyType, want admissionv1.FailurePolicyType) {
+	t.Helper()
+	if got == nil || *got != want {
+		t.Errorf("%s: failurePolicy = %v, want %s", name, got, want)
+	}
+}
+
+func checkTimeout(t *testing.T, name string, got *int32, want int32) {
+	t.Helper()
+	if got == nil || *got != want {
+		t.Errorf("%s: timeoutSeconds = %v, want %d", name, got, want)
+	}
+}
+
+func checkRules(t *testing.T, name string, rules []admissionv1.RuleWithOperations, want map[string][]string) {
+	t.Helper()
+	got := map[string][]string{}
+	for _, r := range rules {
+		if r.Scope == nil || *r.Scope != admissionv1.NamespacedScope {
+			t.Errorf("%s: rule scope must be Namespaced", name)
+		}
+		for _, res := range r.Resources {
+			for _, op := range r.Operations {
+				got[res] = append(got[res], string(op))
+			}
+		}
+	}
+	for res := range got {
+		got[res] = sorted(got[res])
+	}
+	for res := range want {
+		want[res] = sorted(want[res])
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%s: rules = %v, want %v", name, got, want)
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// TestWorkloads checks the webhook's availability and security settings and the agent's shape.
+func TestWorkloads(t *testing.T) {
+	c := loadChart(t)
+	for _, rc := range cases {
+		t.Run(rc.name, func(t *testing.T) {
+			objs := decodeAll(t, docs(renderCaseValues(t, c, rc), false))
+			dep := one[*appsv1.Deployment](t, objs)
+			if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
+				t.Errorf("webhook replicas = %v, want 2", dep.Spec.Replicas)
+			}
+			pdb := one[*policyv1.PodDisruptionBudget](t, objs)
+			if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 {
+				t.Errorf("PDB minAvailable = %v", pdb.Spec.MinAvailable)
+			}
+			ps := dep.Spec.Template.Spec
+			if len(ps.TopologySpreadConstraints) == 0 || ps.TopologySpreadConstraints[0].TopologyKey != "kubernetes.io/hostname" {
+				t.Errorf("webhook pods must spread across nodes: %+v", ps.TopologySpreadConstraints)
+			}
+			if ps.SecurityContext == nil || ps.SecurityContext.RunAsNonRoot == nil || !*ps.SecurityContext.RunAsNonRoot ||
+				ps.SecurityContext.SeccompProfile == nil || ps.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("webhook pod securityContext is not restricted: %+v", ps.SecurityContext)
+			}
+			if ps.HostNetwork || ps.HostPID || ps.HostIPC {
+				t.Error("webhook pod must not share host namespaces")
+			}
+			for _, v := range ps.Volumes {
+				if v.HostPath != nil {
+					t.Errorf("webhook pod must not mount host paths: %s", v.Name)
+				}
+			}
+			if len(ps.Containers) != 1 {
+				t.Fatalf("want one webhook container")
+			}
+			ct := ps.Containers[0]
+			sc := ct.SecurityContext
+			if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+				sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Privileged == nil || *sc.Privileged ||
+				sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 ||
+				sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("webhook container securityContext is not restricted: %+v", sc)
+			}
+			if ct.Resources.Requests.Cpu().IsZero() || ct.Resources.Requests.Memory().IsZero() || ct.Resources.Limits.Memory().IsZero() {
+				t.Errorf("webhook needs requests and limits: %+v", ct.Resources)
+			}
+			if ct.LivenessProbe == nil || ct.LivenessProbe.HTTPGet == nil || ct.LivenessProbe.HTTPGet.Path != "/healthz" ||
+				ct.ReadinessProbe == nil || ct.ReadinessProbe.HTTPGet == nil || ct.ReadinessProbe.HTTPGet.Path != "/readyz" {
+				t.Error("webhook probes must be /healthz (liveness) and /readyz (readiness)")
+			}
+			args := strings.Join(ct.Args, " ")
+			for _, want := range []string{"--policy-configmap=" + namespace + "/gpuguard-policy", "--cert-dir=/certs", "--port=9443"} {
+				if !strings.Contains(args, want) {
+					t.Errorf("webhook args %q lack %s", args, want)
+				}
+			}
+			selfManaged := !strings.HasPrefix(rc.name, "cert-manager") && rc.name != "existing-secret"
+			if strings.Contains(args, "--cert-secret=") != selfManaged {
+				t.Errorf("--cert-secret must be set exactly in self-managed mode: %q", args)
+			}
+			if selfManaged {
+				for _, want := range []string{"--cert-secret=" + namespace + "/gpuguard-webhook-tls", "--mutating-webhook-configuration=gpuguard", "--validating-webhook-configuration=gpuguard"} {
+					if !strings.Contains(args, want) {
+						t.Errorf("self-managed: webhook args lack %s", want)
+					}
+				}
+			}
+			wantSecret := "gpuguard-webhook-tls"
+			if rc.name == "existing-secret" {
+				wantSecret = "corp-webhook-tls"
+			}
+			if v := ps.Volumes[0]; v.Secret == nil || v.Secret.SecretName != wantSecret {
+				t.Errorf("certificate volume = %+v, want Secret %s", v, wantSecret)
+			}
+			secrets := findAll[*corev1.Secret](objs)
+			if (len(secrets) == 1) != selfManaged || (selfManaged && len(secrets[0].Data)+len(secrets[0].StringData) != 0) {
+				t.Errorf("an empty Secret is created exactly in self-managed mode, got %d", len(secrets))
+			}
+
+			agents := findAll[*appsv1.DaemonSet](objs)
+			if rc.name == "agent-off" {
+				if len(agents) != 0 {
+					t.Error("agent.enabled=false still renders the DaemonSet")
+				}
+				return
+			}
+			if len(agents) != 1 {
+				t.Fatal("want one agent DaemonSet")
+			}
+			as := agents[0].Spec.Template.Spec
+			if as.NodeSelector["nvidia.com/gpu.present"] != "true" {
+				t.Errorf("agent nodeSelector = %v", as.NodeSelector)
+			}
+			a := as.Containers[0]
+			if a.SecurityContext == nil || a.SecurityContext.Privileged == nil || !*a.SecurityContext.Privileged ||
+				a.SecurityContext.RunAsUser == nil || *a.SecurityContext.RunAsUser != 0 {
+				t.Errorf("agent must run privileged as root: %+v", a.SecurityContext)
+			}
+			if !slices.Contains(a.Args, "--device-plugin=auto") || !slices.Contains(a.Args, "--host-root=/host") {
+				t.Errorf("agent args = %v", a.Args)
+			}
+			mounts := map[string]corev1.VolumeMount{}
+			for _, m := range a.VolumeMounts {
+				mounts[m.MountPath] = m
+			}
+			if m, ok := mounts["/var/lib/kubelet/device-plugins"]; !ok || m.ReadOnly {
+				t.Error("agent needs the device plugin directory, writable")
+			}
+			if m, ok := mounts["/host"]; !ok || !m.ReadOnly {
+				t.Error("agent needs the host (toolkit and containerd configs) read-only at /host")
+			}
+			tokens := as.AutomountServiceAccountToken != nil && *as.AutomountServiceAccountToken
+			if tokens != (rc.name == "observability") {
+				t.Errorf("agent API token mounted = %v; it needs one only to publish node labels", tokens)
+			}
+		})
+	}
+}
+
+// rbacRule is one verb on one resource, in one scope, optionally for one name.
+type rbacRule struct{ scope, group, resource, verb, name string }
+
+func (r rbacRule) String() string {
+	s := fmt.Sprintf("%s %s/%s %s", r.scope, r.group, r.resource, r.verb)
+	if r.name != "" {
+		s += " " + r.name
+	}
+	return s
+}
+
+// TestRBAC checks that the chart grants exactly the documented rules.
+func TestRBAC(t *testing.T) {
+	c := loadChart(t)
+	for _, rc := range cases {
+		t.Run(rc.name, func(t *testing.T) {
+			objs := decodeAll(t, docs(renderCaseValues(t, c, rc), false))
+			got := map[string][]string{}
+			add := func(sa, scope string, rules []rbacv1.PolicyRule) {
+				for _, r := range rules {
+					if len(r.NonResourceURLs) > 0 {
+						t.Errorf("non-resource rule %+v", r)
+					}
+					names := r.ResourceNames
+					if len(names) == 0 {
+						names = []string{""}
+					}
+					for _, g := range r.APIGroups {
+						for _, res := range r.Resources {
+							for _, v := range r.Verbs {
+								for _, n := range names {
+									if g == "*" || res == "*" || v == "*" {
+										t.Errorf("wildcard in %+v", r)
+									}
+									got[sa] = append(got[sa], rbacRule{scope, g, res, v, n}.String())
+								}
+							}
+						}
+					}
+				}
+			}
+			roles := map[string][]rbacv1.PolicyRule{}
+			for _, cr := range findAll[*rbacv1.ClusterRole](objs) {
+				roles["ClusterRole/"+cr.Name] = cr.Rules
+			}
+			for _, r := range findAll[*rbacv1.Role](objs) {
+				roles["Role/"+r.Namespace+"/"+r.Name] = r.Rules
+			}
+			bound := map[string]bool{}
+			for _, b := range findAll[*rbacv1.ClusterRoleBinding](objs) {
+				bound["ClusterRole/"+b.RoleRef.Name] = true
+				add(b.Subjects[0].Name, "cluster", roles["ClusterRole/"+b.RoleRef.Name])
+			}
+			for _, b := range findAll[*rbacv1.RoleBinding](objs) {
+				key := "Role/" + b.Namespace + "/" + b.RoleRef.Name
+				bound[key] = true
+				add(b.Subjects[0].Name, b.Namespace, roles[key])
+			}
+			for k := range roles {
+				if !bound[k] {
+					t.Errorf("%s is not bound", k)
+				}
+			}
+
+			ns := namespace
+			want := []rbacRule{
+				{"cluster", "", "namespaces", "get", ""},
+				{"cluster", "", "namespaces", "list", ""},
+				{"cluster", "", "namespaces", "watch", ""},
+				{ns, "", "configmaps", "get", "gpuguard-policy"},
+				{ns, "", "configmaps", "list", "gpuguard-policy"},
+				{ns, "", "configmaps", "watch", "gpuguard-policy"},
+				{ns, "events.k8s.io", "events", "create", ""},
+				{ns, "events.k8s.io", "events", "patch", ""},
+			}
+			if rc.name != "custom-policy" { // that policy does not inspect envFrom ConfigMaps
+				want = append(want, rbacRule{"cluster", "", "configmaps", "get", ""})
+			}
+			if !strings.HasPrefix(rc.name, "cert-manager") && rc.name != "existing-secret" {
+				for _, res := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"} {
+					want = append(want,
+						rbacRule{"cluster", "admissionregistration.k8s.io", res, "list", ""},
+						rbacRule{"cluster", "admissionregistration.k8s.io", res, "watch", ""},
+						rbacRule{"cluster", "admissionregistration.k8s.io", res, "update", "gpuguard"})
+				}
+				want = append(want,
+					rbacRule{ns, "", "secrets", "list", ""},
+					rbacRule{ns, "", "secrets", "watch", ""},
+					rbacRule{ns, "", "secrets", "update", "gpuguard-webhook-tls"})
+			}
+			checkGrants(t, "gpuguard-webhook", got["gpuguard-webhook"], want)
+			var agentWant []rbacRule
+			if rc.name == "observability" {
+				agentWant = []rbacRule{{"cluster", "", "nodes", "get", ""}, {"cluster", "", "nodes", "patch", ""}}
+			}
+			checkGrants(t, "gpuguard-agent", got["gpuguard-agent"], agentWant)
+			for sa := range got {
+				if sa != "gpuguard-webhook" && sa != "gpuguard-agent" {
+					t.Errorf("unexpected subject %s", sa)
+				}
+			}
+		})
+	}
+}
+
+func checkGrants(t *testing.T, sa string, got []string, want []rbacRule) {
+	t.Helper()
+	var w []string
+	for _, r := range want {
+		w = append(w, r.String())
+	}
+	got, w = sorted(got), sorted(w)
+	if !slices.Equal(got, w) {
+		t.Errorf("%s is granted\n  %s\nwant exactly\n  %s", sa, strings.Join(got, "\n  "), strings.Join(w, "\n  "))
+	}
+}
+
+// TestDefaultPolicyIsEmbedded: the chart's copy of the default policy is the
+// embedded one, byte for byte, and the default ConfigMap holds exactly it.
+func TestDefaultPolicyIsEmbedded(t *testing.T) {
+	copyInChart, err := os.ReadFile(filepath.Join(chartDir, "files", "policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(copyInChart, config.DefaultYAML()) {
+		t.Fatalf("charts/gpuguard/files/policy.yaml differs from config/default.yaml: copy it over (cp config/default.yaml charts/gpuguard/files/policy.yaml)")
+	}
+	r := renderCaseValues(t, loadChart(t), cases[0])
+	cm := policyConfigMap(t, r)
+	if got := cm.Data[config.ConfigMapKey]; got != string(config.DefaultYAML()) {
+		t.Fatalf("default policy ConfigMap differs from the embedded default:\n%s", firstDiff(string(config.DefaultYAML()), got))
+	}
+}
+
+func policyConfigMap(t *testing.T, r *rendered) *corev1.ConfigMap {
+	t.Helper()
+	for _, o := range findAll[*corev1.ConfigMap](decodeAll(t, docs(r, false))) {
+		if o.Name == "gpuguard-policy" {
+			return o
+		}
+	}
+	t.Fatal("no policy ConfigMap")
+	return nil
+}
+
+// TestPolicies loads each rendered policy with gpuguard's own parser and engine.
+func TestPolicies(t *testing.T) {
+	c := loadChart(t)
+	for _, rc := range cases {
+		t.Run(rc.name, func(t *testing.T) {
+			cm := policyConfigMap(t, renderCaseValues(t, c, rc))
+			p, err := config.Load("chart "+rc.name, []byte(cm.Data[config.ConfigMapKey]))
+			if err != nil {
+				t.Fatalf("rendered policy does not load: %v\n%s", err, cm.Data[config.ConfigMapKey])
+			}
+			if _, err := policy.New(p); err != nil {
+				t.Fatalf("rendered policy is rejected by the engine: %v", err)
+			}
+			ex := p.Spec.Exemptions
+			switch rc.name {
+			case "gpu-operator":
+				if len(ex.Namespaces) != 0 {
+					t.Errorf("the GPU Operator preset must not exempt whole namespaces: %v", ex.Namespaces)
+				}
+				var names []string
+				for _, sa := range ex.ServiceAccounts {
+					if sa.Namespace != "gpu-operator" {
+						t.Errorf("exemption %+v outside gpu-operator", sa)
+					}
+					names = append(names, sa.Name)
+				}
+				for _, want := range []string{"nvidia-device-plugin", "nvidia-container-toolkit", "nvidia-dcgm-exporter", "nvidia-gpu-feature-discovery", "nvidia-operator-validator", "nvidia-mig-manager", "nvidia-driver"} {
+					if !slices.Contains(names, want) {
+						t.Errorf("GPU Operator preset lacks %s", want)
+					}
+				}
+				// Everything else keeps the default.
+				if p.Spec.Mode != config.Default().Spec.Mode || !slices.Equal(p.Spec.GPUResources, config.Default().Spec.GPUResources) {
+					t.Error("the preset changed more than the exemptions")
+				}
+			case "custom-policy":
+				if p.Spec.Mode != "warn" || p.Spec.Action != "strip" || len(ex.ServiceAccounts) != 1 {
+					t.Errorf("custom policy not applied: mode %s action %s exemptions %+v", p.Spec.Mode, p.Spec.Action, ex)
+				}
+			case "custom-document":
+				if p.Metadata.Name != "strict" || p.Spec.Advisories.Privileged != "deny" {
+					t.Errorf("policy.document not used as is")
+				}
+			}
+		})
+	}
+}
+
+// TestValuesRejected: the schema and the templates refuse bad values at install time.
+func TestValuesRejected(t *testing.T) {
+	c := loadChart(t)
+	for name, tc := range map[string]struct{ values, want string }{
+		"typo at top level":   {"agnet: {enabled: false}", "agnet"},
+		"typo in webhook":     {"webhook: {replica: 3}", "replica"},
+		"unknown cert mode":   {"certificates: {mode: self-signed}", "mode"},
+		"bad policy mode":     {"policy: {mode: enforcing}", "mode"},
+		"timeout too long":    {"admission: {timeoutSeconds: {validatePods: 31}}", "validatePods"},
+		"secret without name": {"certificates: {mode: secret}", "existingSecret"},
+		"document and preset": {"policy: {document: 'kind: GPUGuardPolicy', presets: {gpuOperator: {enabled: true}}}", "policy.document"},
+		"excluded test ns":    {"test: {namespace: kube-system}", "test.namespace"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := render(t, c, parseValues(t, tc.values))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want an error naming %q, got %v", tc.want, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,183 @@
+{{/* Chart name. */}}
+{{- define "gpuguard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name: the prefix of every object name (at most 45 characters, so that suffixes fit). */}}
+{{- define "gpuguard.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 45 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 45 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 45 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpuguard.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels of every object. */}}
+{{- define "gpuguard.labels" -}}
+helm.sh/chart: {{ include "gpuguard.chart" . }}
+app.kubernetes.io/name: {{ include "gpuguard.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gpuguard
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels of one component: include with (dict "ctx" $ "component" "webhook"). */}}
+{{- define "gpuguard.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpuguard.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "gpuguard.componentLabels" -}}
+{{ include "gpuguard.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Image reference: include with (dict "image" .Values.webhook.image "ctx" $). A digest pins the image. */}}
+{{- define "gpuguard.image" -}}
+{{- $tag := .image.tag | default .ctx.Chart.AppVersion -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpuguard.webhookName" -}}{{ include "gpuguard.fullname" . }}-webhook{{- end -}}
+{{- define "gpuguard.agentName" -}}{{ include "gpuguard.fullname" . }}-agent{{- end -}}
+{{- define "gpuguard.webhookConfigName" -}}{{ include "gpuguard.fullname" . }}{{- end -}}
+{{- define "gpuguard.policyConfigMap" -}}{{ .Values.policy.configMapName | default (printf "%s-policy" (include "gpuguard.fullname" .)) }}{{- end -}}
+
+{{/* The Secret the webhook serves its certificate from. */}}
+{{- define "gpuguard.tlsSecret" -}}
+{{- if eq .Values.certificates.mode "secret" -}}
+{{- required "certificates.existingSecret.name is required with certificates.mode=secret" .Values.certificates.existingSecret.name -}}
+{{- else -}}
+{{- .Values.certificates.secretName | default (printf "%s-webhook-tls" (include "gpuguard.fullname" .)) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpuguard.certificateName" -}}{{ include "gpuguard.fullname" . }}-webhook{{- end -}}
+
+{{/*
+The policy document the ConfigMap holds.
+- nothing set: the chart's copy of the built-in default, byte for byte;
+- policy.document: that text;
+- otherwise a document with only the fields set (mode, spec, presets): a field
+  left out keeps the built-in default of the running gpuguard.
+*/}}
+{{- define "gpuguard.policyDocument" -}}
+{{- $p := .Values.policy -}}
+{{- $preset := $p.presets.gpuOperator -}}
+{{- if $p.document -}}
+{{- if or $p.mode $p.spec $preset.enabled -}}
+{{- fail "policy.document is a complete policy: do not combine it with policy.mode, policy.spec or policy.presets (put those settings into the document)" -}}
+{{- end -}}
+{{- $p.document -}}
+{{- else if or $p.mode $p.spec $preset.enabled -}}
+{{- $spec := deepCopy ($p.spec | default dict) -}}
+{{- if $p.mode -}}
+{{- if and (hasKey $spec "mode") (ne (toString (get $spec "mode")) $p.mode) -}}
+{{- fail "policy.mode and policy.spec.mode disagree: set only one" -}}
+{{- end -}}
+{{- $_ := set $spec "mode" $p.mode -}}
+{{- end -}}
+{{- if $preset.enabled -}}
+{{- $ex := deepCopy (get $spec "exemptions" | default dict) -}}
+{{- $sas := list -}}
+{{- range (get $ex "serviceAccounts" | default list) -}}
+{{- $sas = append $sas . -}}
+{{- end -}}
+{{- range $preset.serviceAccounts -}}
+{{- $sas = append $sas (dict "namespace" $preset.namespace "name" .) -}}
+{{- end -}}
+{{- $_ := set $ex "serviceAccounts" $sas -}}
+{{- $_ := set $spec "exemptions" $ex -}}
+{{- end -}}
+# gpuguard policy rendered by the Helm chart from its values. Fields left out
+# keep the built-in default policy; a list that is set replaces the default list.
+# Reference: the gpuguard README, section "Policy reference".
+{{ toYaml (dict "apiVersion" "gpuguard.io/v1alpha1" "kind" "GPUGuardPolicy" "metadata" (dict "name" (include "gpuguard.fullname" .)) "spec" $spec) }}
+{{- else -}}
+{{- .Files.Get "files/policy.yaml" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The policy as data, for decisions the chart takes from it. */}}
+{{- define "gpuguard.policySpec" -}}
+{{- $doc := fromYaml (include "gpuguard.policyDocument" .) -}}
+{{- if hasKey $doc "Error" -}}
+{{- fail (printf "policy.document is not valid YAML: %s" (get $doc "Error")) -}}
+{{- end -}}
+{{- toYaml (get $doc "spec" | default dict) -}}
+{{- end -}}
+
+{{/* The policy's mode: enforce unless set. */}}
+{{- define "gpuguard.policyMode" -}}
+{{- $spec := fromYaml (include "gpuguard.policySpec" .) -}}
+{{- get $spec "mode" | default "enforce" -}}
+{{- end -}}
+
+{{/* "true" when the webhook may get ConfigMaps in any namespace (envFrom inspection). */}}
+{{- define "gpuguard.configMapReads" -}}
+{{- $v := .Values.rbac.configMapReads -}}
+{{- if eq (toString $v) "auto" -}}
+{{- if not .Values.policy.create -}}
+true
+{{- else -}}
+{{- $spec := fromYaml (include "gpuguard.policySpec" .) -}}
+{{- $env := get $spec "env" | default dict -}}
+{{- $mode := get $env "unprefixedEnvFromOnGPU" | default "inspect" -}}
+{{- ternary "true" "false" (eq $mode "inspect") -}}
+{{- end -}}
+{{- else -}}
+{{- ternary "true" "false" (eq (toString $v) "true") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Namespaces the webhooks never see. */}}
+{{- define "gpuguard.excludedNamespaces" -}}
+{{- $ns := list "kube-system" "kube-node-lease" .Release.Namespace -}}
+{{- range .Values.admission.systemNamespaces -}}
+{{- $ns = append $ns . -}}
+{{- end -}}
+{{- toYaml (uniq $ns) -}}
+{{- end -}}
+
+{{/* Client config of a webhook: include with (dict "ctx" $ "path" "/mutate"). */}}
+{{- define "gpuguard.clientConfig" -}}
+service:
+  name: {{ include "gpuguard.webhookName" .ctx }}
+  namespace: {{ .ctx.Release.Namespace }}
+  path: {{ .path }}
+  port: {{ .ctx.Values.webhook.service.port }}
+{{- if eq .ctx.Values.certificates.mode "secret" }}
+caBundle: {{ required "certificates.existingSecret.caBundle is required with certificates.mode=secret" .ctx.Values.certificates.existingSecret.caBundle }}
+{{- end }}
+{{- end -}}
+
+{{/* Common parts of every webhook entry. */}}
+{{- define "gpuguard.webhookCommon" -}}
+admissionReviewVersions: ["v1"]
+sideEffects: None
+matchPolicy: Equivalent
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values:
+        {{- include "gpuguard.excludedNamespaces" . | nindent 8 }}
+{{- end -}}

@@ -1,0 +1,51 @@
+package framework
+
+import (
+	"fmt"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/gpuguard/gpuguard/internal/chartrender"
+)
+
+// ReleaseName is the Helm release name the suites render the chart with.
+const ReleaseName = "gpuguard"
+
+// GPUGuardWebhooks renders gpuguard's two webhook configurations from the Helm chart
+// in chartDir, for a release in releaseNS whose admission.systemNamespaces are the
+// excluded namespaces: what `helm install` would create.
+func GPUGuardWebhooks(chartDir, releaseNS string, excluded ...string) (*WebhookConfigurations, error) {
+	c, err := chartrender.Load(chartDir)
+	if err != nil {
+		return nil, err
+	}
+	systemNamespaces := make([]any, len(excluded))
+	for i, ns := range excluded {
+		systemNamespaces[i] = ns
+	}
+	rel, err := chartrender.Render(c, ReleaseName, releaseNS, map[string]any{
+		"admission": map[string]any{"systemNamespaces": systemNamespaces}})
+	if err != nil {
+		return nil, fmt.Errorf("rendering the chart: %w", err)
+	}
+	w := &WebhookConfigurations{}
+	for _, doc := range rel.Documents(false) {
+		switch {
+		case strings.Contains(doc, "\nkind: MutatingWebhookConfiguration"):
+			w.Mutating = &admissionregistrationv1.MutatingWebhookConfiguration{}
+			err = sigsyaml.UnmarshalStrict([]byte(doc), w.Mutating)
+		case strings.Contains(doc, "\nkind: ValidatingWebhookConfiguration"):
+			w.Validating = &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			err = sigsyaml.UnmarshalStrict([]byte(doc), w.Validating)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decoding a webhook configuration of the chart: %w", err)
+		}
+	}
+	if w.Mutating == nil || w.Validating == nil {
+		return nil, fmt.Errorf("the chart rendered no Mutating- or ValidatingWebhookConfiguration")
+	}
+	return w, nil
+}
