@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newCheckCommand(), newWebhookCommand(), newVersionCommand())
+	root.AddCommand(newCheckCommand(), newWebhookCommand(), newRenderCELCommand(), newVersionCommand())
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	var ee *exitError

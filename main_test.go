@@ -250,3 +250,20 @@ func TestCheckDirectoryWithoutManifests(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+func TestRenderCEL(t *testing.T) {
+	r := gpuguard(t, "", "render-cel", "--exclude-namespace", "gpuguard")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, want := range []string{"# Enforced by the webhook only:", "kind: ValidatingAdmissionPolicy\n", "kind: ValidatingAdmissionPolicyBinding",
+		"kind: MutatingAdmissionPolicy\n", "kind: MutatingAdmissionPolicyBinding", "- gpuguard\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("render-cel output lacks %q", want)
+		}
+	}
+	bad := writeFile(t, "bad.yaml", "apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\nspec:\n  gpuResources: ['nvidia.com/[ab]']\n")
+	if r := gpuguard(t, "", "render-cel", "--policy", bad); r.code != 2 || !strings.Contains(r.stderr, "bad.yaml:4: spec.gpuResources[0]") {
+		t.Errorf("a bad policy: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
+	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/webhook"
 )
 
@@ -26,6 +27,8 @@ type webhookFlags struct {
 	kubeconfig      string
 	logFormat       string
 	logLevel        string
+	backstop        bool
+	backstopOptions cel.Options
 }
 
 func newWebhookCommand() *cobra.Command {
@@ -78,6 +81,9 @@ Secret, rotated, with the CA bundle written into the named webhook configuration
 	fl.StringVar(&o.MutatingConfig, "mutating-webhook-configuration", "", "MutatingWebhookConfiguration to inject the CA bundle into")
 	fl.StringVar(&o.ValidatingConfig, "validating-webhook-configuration", "", "ValidatingWebhookConfiguration to inject the CA bundle into")
 	fl.StringSliceVar(&o.ExtraDNSNames, "extra-dns-names", nil, "more DNS names for the serving certificate (e.g. localhost)")
+	fl.BoolVar(&f.backstop, "cel-backstop", false, "keep the policy's CEL backstop (ValidatingAdmissionPolicy and MutatingAdmissionPolicy) applied in the cluster")
+	fl.StringVar(&f.backstopOptions.Name, "cel-backstop-name", cel.DefaultName, "name of the CEL backstop's policies and bindings")
+	fl.StringArrayVar(&f.backstopOptions.ExcludedNamespaces, "cel-backstop-exclude-namespace", nil, "namespace the CEL backstop leaves out (repeatable; kube-system and kube-node-lease always are)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
 	fl.StringVar(&f.logFormat, "log-format", "json", "json or console")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info or error")
@@ -98,6 +104,12 @@ func (f *webhookFlags) run(cmd *cobra.Command) error {
 		if f.opts.RestConfig, err = restConfig(f.kubeconfig); err != nil {
 			return &exitError{exitUsage, err.Error()}
 		}
+	}
+	if f.backstop {
+		if f.opts.PolicyFile != "" {
+			return &exitError{exitUsage, "--cel-backstop needs an API server; it cannot run with --policy-file"}
+		}
+		f.opts.CELBackstop = &f.backstopOptions
 	}
 	if f.certSecret != "" {
 		if f.opts.CertSecret, err = namespacedName("--cert-secret", f.certSecret); err != nil {

@@ -26,6 +26,7 @@ const (
 	excludedNS     = "kube-excluded"
 	operatorNS     = "gpu-operator"
 	selfManagedNS  = "team-selfmanaged"
+	celProbeNS     = "cel-probe" // left out by the webhooks, not by the CEL backstop
 	policyName     = framework.PolicyConfigMap
 	webhookTimeout = time.Minute
 )
@@ -86,7 +87,10 @@ func run(m *testing.M) (int, error) {
 			return 1, err
 		}
 	}
-	in, err := framework.Install(ctx, cp, root, releaseNS, suitePolicy, excludedNS, selfManagedNS, chartNamespace)
+	if err := framework.EnsureNamespace(ctx, cp, celProbeNS, nil); err != nil {
+		return 1, err
+	}
+	in, err := framework.Install(ctx, cp, root, releaseNS, suitePolicy, excludedNS, selfManagedNS, chartNamespace, celProbeNS)
 	if err != nil {
 		return 1, err
 	}

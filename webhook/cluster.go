@@ -58,6 +58,9 @@ func runInCluster(ctx context.Context, o Options) error {
 		key: o.PolicyConfigMap, reader: mgr.GetClient(), apiReader: mgr.GetAPIReader(), source: source,
 		events: mgr.GetEventRecorder("gpuguard"), metrics: m, log: o.Log.WithName("policy"),
 	}
+	if o.CELBackstop != nil {
+		reconciler.backstop = &backstopSync{client: mgr.GetClient(), options: *o.CELBackstop, metrics: m, log: o.Log.WithName("backstop")}
+	}
 	if err := reconciler.setup(mgr); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ type Metrics struct {
 	PolicyInfo       *prometheus.GaugeVec
 	MissingExemptNS  prometheus.Gauge
 	ConfigMapLookups *prometheus.CounterVec
+	BackstopSyncs    *prometheus.CounterVec
 }
 
 var (
@@ -28,7 +29,7 @@ func DefaultMetrics() *Metrics {
 	metricsOnce.Do(func() {
 		metrics = NewMetrics()
 		ctrlmetrics.Registry.MustRegister(metrics.Decisions, metrics.Evaluation, metrics.PolicyReloads,
-			metrics.PolicyInfo, metrics.MissingExemptNS, metrics.ConfigMapLookups)
+			metrics.PolicyInfo, metrics.MissingExemptNS, metrics.ConfigMapLookups, metrics.BackstopSyncs)
 	})
 	return metrics
 }
@@ -60,6 +61,10 @@ func NewMetrics() *Metrics {
 		ConfigMapLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuguard_configmap_lookups_total",
 			Help: "ConfigMap reads for envFrom inspection, by result: hit (cache), read, notfound, error.",
+		}, []string{"result"}),
+		BackstopSyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuguard_cel_backstop_syncs_total",
+			Help: "Server-side applies of the CEL backstop after a policy load, by result: success or error.",
 		}, []string{"result"}),
 	}
 }

@@ -20,9 +20,10 @@ import (
 
 // Event reasons recorded on the policy ConfigMap.
 const (
-	ReasonPolicyLoaded  = "PolicyLoaded"
-	ReasonPolicyInvalid = "PolicyInvalid"
-	ReasonPolicyMissing = "PolicyMissing"
+	ReasonPolicyLoaded   = "PolicyLoaded"
+	ReasonPolicyInvalid  = "PolicyInvalid"
+	ReasonPolicyMissing  = "PolicyMissing"
+	ReasonBackstopFailed = "BackstopFailed"
 )
 
 // policyReconciler puts the policy ConfigMap in force whenever it changes. An edit
@@ -36,6 +37,8 @@ type policyReconciler struct {
 	events    events.EventRecorder
 	metrics   *Metrics
 	log       logr.Logger
+	// backstop, when set, is re-applied after every load that changes the policy.
+	backstop *backstopSync
 }
 
 func (r *policyReconciler) setup(mgr manager.Manager) error {
@@ -72,6 +75,14 @@ func (r *policyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	if changed {
 		r.record(cm, corev1.EventTypeNormal, ReasonPolicyLoaded, "policy %s in force", r.source.Hash())
+	}
+	if r.backstop != nil && r.backstop.applied != r.source.Hash() {
+		if err := r.backstop.apply(ctx, r.source.Engine().Policy()); err != nil {
+			r.record(cm, corev1.EventTypeWarning, ReasonBackstopFailed, "CEL backstop not updated: %s", truncate(err.Error(), 900))
+			// Retried with backoff until it lands; the webhook enforces meanwhile.
+			return ctrl.Result{}, err
+		}
+		r.backstop.applied = r.source.Hash()
 	}
 	r.checkExemptNamespaces(ctx)
 	return ctrl.Result{}, nil

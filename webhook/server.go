@@ -20,6 +20,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/policy"
 )
@@ -59,6 +60,10 @@ type Options struct {
 	ServiceName                      string
 	MutatingConfig, ValidatingConfig string
 	ExtraDNSNames                    []string
+
+	// CELBackstop keeps the policy's CEL backstop applied in the cluster, named
+	// CELBackstop.Name and leaving out CELBackstop.ExcludedNamespaces.
+	CELBackstop *cel.Options
 
 	// RestConfig reaches the API server (not needed standalone).
 	RestConfig *rest.Config

@@ -1,0 +1,73 @@
+package cel
+
+import (
+	"fmt"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// mutatingPolicy injects NVIDIA_VISIBLE_DEVICES=void (and each extra device
+// variable) into every container without GPU resources whose effective value is
+// not void or "", as the webhook's mutating phase does: appended as new env
+// entries, since pod env outranks image ENV and envFrom. GPU containers and mirror
+// pods are never touched. Reapplying changes nothing, so it may be reinvoked.
+func (r *rules) mutatingPolicy(name string) *admissionregistrationv1.MutatingAdmissionPolicy {
+	var patches []string
+	if r.p.Spec.InjectVoid {
+		for _, l := range containerLists {
+			patches = append(patches, r.voidPatches(l))
+		}
+	} else {
+		patches = []string{"[]"}
+	}
+	conds := append(r.exemptions(), admissionregistrationv1.MatchCondition{Name: "not-a-mirror-pod", Expression: "!" + mirrorPod})
+	return &admissionregistrationv1.MutatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
+			FailurePolicy:      &failClosed,
+			MatchConstraints:   podRules([2]string{"CREATE", "pods"}, [2]string{"UPDATE", "pods/ephemeralcontainers"}),
+			MatchConditions:    conds,
+			ReinvocationPolicy: admissionregistrationv1.IfNeededReinvocationPolicy,
+			Mutations: []admissionregistrationv1.Mutation{{
+				PatchType: admissionregistrationv1.PatchTypeJSONPatch,
+				JSONPatch: &admissionregistrationv1.JSONPatch{Expression: strings.Join(patches, " + ")},
+			}},
+		},
+	}
+}
+
+// voidPatches is a CEL list of JSON Patch operations for one container list.
+func (r *rules) voidPatches(l containerList) string {
+	judged := fmt.Sprintf(`request.operation == "CREATE"`)
+	if l.field == "ephemeralContainers" {
+		judged = `(request.operation == "CREATE" || !(has(oldObject.spec.ephemeralContainers) && oldObject.spec.ephemeralContainers.exists(o, o.name == c.name)))`
+	}
+	var allVoid []string
+	for _, n := range r.deviceVars {
+		allVoid = append(allVoid, effectivelyVoid(n))
+	}
+	needs := fmt.Sprintf("%s && !(%s) && !(%s)", judged, r.gpu, strings.Join(allVoid, " && "))
+	path := fmt.Sprintf(`"/spec/%s/" + string(i) + "/env"`, l.field)
+	entry := func(n string) string {
+		return fmt.Sprintf(`Object.spec.%s.env{name: %s, value: "void"}`, l.field, str(n))
+	}
+	var entries, appends []string
+	for _, n := range r.deviceVars {
+		entries = append(entries, entry(n))
+		appends = append(appends, fmt.Sprintf(`(%s ? [] : [JSONPatch{op: "add", path: %s + "/-", value: %s}])`, effectivelyVoid(n), path, entry(n)))
+	}
+	perContainer := fmt.Sprintf(`has(c.env) ? %s : [JSONPatch{op: "add", path: %s, value: [%s]}]`,
+		strings.Join(appends, " + "), path, strings.Join(entries, ", "))
+	return fmt.Sprintf(`(has(object.spec.%[1]s) ? object.spec.%[1]s.transformList(i, c, %[2]s, %[3]s).flatten() : [])`, l.field, needs, perContainer)
+}
+
+func mutatingBinding(name string, match *admissionregistrationv1.MatchResources) *admissionregistrationv1.MutatingAdmissionPolicyBinding {
+	return &admissionregistrationv1.MutatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicyBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec:       admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{PolicyName: name, MatchResources: match},
+	}
+}

@@ -1,0 +1,200 @@
+package cel
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/policy"
+)
+
+// DefaultName names the rendered policies and their bindings.
+const DefaultName = "gpuguard-backstop"
+
+// Options tune the rendering.
+type Options struct {
+	// Name of the policies and bindings (default DefaultName).
+	Name string
+	// ExcludedNamespaces are left out of the bindings, like the webhooks'
+	// namespaceSelector: kube-system, kube-node-lease, gpuguard's own namespace
+	// and add-ons that must run while gpuguard cannot.
+	ExcludedNamespaces []string
+}
+
+// Policies are the rendered objects.
+type Policies struct {
+	Validating        *admissionregistrationv1.ValidatingAdmissionPolicy
+	ValidatingBinding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	Mutating          *admissionregistrationv1.MutatingAdmissionPolicy
+	MutatingBinding   *admissionregistrationv1.MutatingAdmissionPolicyBinding
+}
+
+// Objects lists the rendered objects in the order to apply them.
+func (p *Policies) Objects() []runtime.Object {
+	return []runtime.Object{p.Validating, p.ValidatingBinding, p.Mutating, p.MutatingBinding}
+}
+
+// Render renders a policy as admission policies. It fails for a policy it cannot
+// render faithfully (a gpuResources pattern with a character class).
+func Render(p *config.Policy, o Options) (*Policies, error) {
+	if o.Name == "" {
+		o.Name = DefaultName
+	}
+	r, err := newRules(p)
+	if err != nil {
+		return nil, err
+	}
+	excluded := slices.Concat([]string{"kube-system", "kube-node-lease"}, o.ExcludedNamespaces, p.Spec.Exemptions.Namespaces)
+	slices.Sort(excluded)
+	match := &admissionregistrationv1.MatchResources{
+		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: slices.Compact(excluded)}}},
+	}
+	return &Policies{
+		Validating:        r.validatingPolicy(o.Name),
+		ValidatingBinding: validatingBinding(o.Name, p.Spec.Mode, match),
+		Mutating:          r.mutatingPolicy(o.Name),
+		MutatingBinding:   mutatingBinding(o.Name, match),
+	}, nil
+}
+
+var (
+	failClosed = admissionregistrationv1.Fail
+	equivalent = admissionregistrationv1.Equivalent
+)
+
+func podRules(ops ...[2]string) *admissionregistrationv1.MatchResources {
+	var rules []admissionregistrationv1.NamedRuleWithOperations
+	for _, op := range ops {
+		rules = append(rules, admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationType(op[0])},
+			Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{op[1]}},
+		}})
+	}
+	return &admissionregistrationv1.MatchResources{ResourceRules: rules, MatchPolicy: &equivalent}
+}
+
+// exemptions are match conditions: a request they exclude is not judged. Pods are
+// matched by namespace and the pod's own service account, never by labels.
+func (r *rules) exemptions() []admissionregistrationv1.MatchCondition {
+	ex := r.p.Spec.Exemptions
+	var conds []admissionregistrationv1.MatchCondition
+	if len(ex.Usernames) > 0 {
+		conds = append(conds, admissionregistrationv1.MatchCondition{Name: "not-exempt-user",
+			Expression: fmt.Sprintf("!(request.userInfo.username in %s)", list(ex.Usernames))})
+	}
+	if len(ex.ServiceAccounts) > 0 {
+		var pairs []string
+		for _, sa := range ex.ServiceAccounts {
+			pairs = append(pairs, sa.Namespace+"/"+sa.Name)
+		}
+		conds = append(conds, admissionregistrationv1.MatchCondition{Name: "not-exempt-service-account",
+			Expression: fmt.Sprintf(`!((request.namespace + "/" + (has(object.spec.serviceAccountName) && object.spec.serviceAccountName != "" ? `+
+				`object.spec.serviceAccountName : (has(object.spec.serviceAccount) && object.spec.serviceAccount != "" ? object.spec.serviceAccount : "default"))) in %s)`,
+				list(pairs))})
+	}
+	return conds
+}
+
+// check is one validation: a predicate of a violation over a container c, or of
+// the pod when perContainer is false.
+type check struct {
+	rule         policy.RuleID
+	violation    string
+	perContainer bool
+	message      string // what is wrong, after "container NAME "
+}
+
+func (r *rules) checks() []check {
+	spec := &r.p.Spec
+	checks := []check{
+		{policy.RuleDeviceEnv, r.deviceEnv(), true, "sets " + strings.Join(r.deviceVars, " or ") + " to a value that grants GPUs; remove it"},
+		{policy.RuleProtectedEnv, r.protectedEnv(), true, "sets a protected NVIDIA variable the policy does not allow it; remove it"},
+		{policy.RuleEnvValueFrom, r.envValueFrom(), true, "sets a protected NVIDIA variable through valueFrom; use a literal value or remove it"},
+		{policy.RuleEnvFromPrefix, r.envFromPrefix(), true, "takes envFrom with a prefix that can form a protected NVIDIA variable"},
+		{policy.RuleDeviceListMount, r.deviceListMount(), true, "mounts a volume under the NVIDIA device-list directory; mount it elsewhere"},
+		{policy.RuleDeviceAnnotation, r.deviceAnnotation(), false, "annotation requests devices outside GPU accounting; remove it"},
+		{policy.RuleSensitiveHostPath, r.sensitiveHostPath(), false, "mounts a host path that exposes devices or the NVIDIA runtime's configuration"},
+	}
+	if spec.Env.UnprefixedEnvFromOnGPU == config.EnvFromDeny {
+		checks = append(checks, check{policy.RuleEnvFromUnprefixed, r.envFromUnprefixed(), true, "takes envFrom without a prefix; set a prefix"})
+	}
+	if spec.Advisories.Privileged == config.SeverityDeny {
+		checks = append(checks, check{policy.RulePrivileged, r.privileged(), true, "is privileged or adds SYS_ADMIN; the NVIDIA runtime honours its device requests"})
+	}
+	if spec.Advisories.NVIDIARuntimeClass == config.SeverityDeny {
+		checks = append(checks, check{policy.RuleNVIDIARuntimeClass, r.runtimeClass(), false, "uses an NVIDIA runtime class without a GPU limit"})
+	}
+	if spec.InjectVoid {
+		checks = append(checks, check{policy.RuleFinalState, "!" + mirrorPod + " && (" + r.finalState() + ")", true,
+			"has no GPU limit and no NVIDIA_VISIBLE_DEVICES=void"})
+	}
+	return checks
+}
+
+const mirrorPod = `(has(object.metadata.annotations) && "kubernetes.io/config.mirror" in object.metadata.annotations)`
+
+// runtimeClass: an NVIDIA runtime class on a pod with no GPU container.
+func (r *rules) runtimeClass() string {
+	var anyGPU []string
+	for _, l := range containerLists {
+		anyGPU = append(anyGPU, fmt.Sprintf("(has(object.spec.%s) && object.spec.%s.exists(c, %s))", l.field, l.field, r.gpu))
+	}
+	return fmt.Sprintf(`request.operation == "CREATE" && has(object.spec.runtimeClassName) && object.spec.runtimeClassName in %s && !(%s)`,
+		list(r.p.Spec.NVIDIARuntimeClasses), strings.Join(anyGPU, " || "))
+}
+
+func (r *rules) validatingPolicy(name string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	var validations []admissionregistrationv1.Validation
+	for _, ch := range r.checks() {
+		if !ch.perContainer {
+			validations = append(validations, admissionregistrationv1.Validation{
+				Expression: "!(" + ch.violation + ")",
+				Message:    fmt.Sprintf("gpuguard backstop [%s]: %s", ch.rule, ch.message),
+				Reason:     ptr(metav1.StatusReasonForbidden),
+			})
+			continue
+		}
+		for _, l := range containerLists {
+			validations = append(validations, admissionregistrationv1.Validation{
+				Expression: fmt.Sprintf("!%s.exists(c, %s)", l.judged(), ch.violation),
+				MessageExpression: fmt.Sprintf(`"gpuguard backstop [%s]: %s " + %s.filter(c, %s)[0].name + " %s"`,
+					ch.rule, l.kind, l.judged(), ch.violation, ch.message),
+				Message: fmt.Sprintf("gpuguard backstop [%s]: a %s %s", ch.rule, l.kind, ch.message),
+				Reason:  ptr(metav1.StatusReasonForbidden),
+			})
+		}
+	}
+	return &admissionregistrationv1.ValidatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy:    &failClosed,
+			MatchConstraints: podRules([2]string{"CREATE", "pods"}, [2]string{"UPDATE", "pods"}, [2]string{"UPDATE", "pods/ephemeralcontainers"}),
+			MatchConditions:  r.exemptions(),
+			Validations:      validations,
+		},
+	}
+}
+
+var labels = map[string]string{"app.kubernetes.io/managed-by": "gpuguard", "app.kubernetes.io/component": "cel-backstop"}
+
+func validatingBinding(name string, mode config.Mode, match *admissionregistrationv1.MatchResources) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	action := map[config.Mode]admissionregistrationv1.ValidationAction{
+		config.ModeEnforce: admissionregistrationv1.Deny, config.ModeWarn: admissionregistrationv1.Warn, config.ModeAudit: admissionregistrationv1.Audit,
+	}[mode]
+	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{action}, MatchResources: match,
+		},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

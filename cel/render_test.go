@@ -1,0 +1,113 @@
+package cel
+
+import (
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/gpuguard/gpuguard/config"
+)
+
+func parse(t *testing.T, spec string) *config.Policy {
+	t.Helper()
+	p, err := config.Parse("p.yaml", []byte("apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\nspec:\n"+spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestGlobToRegexp(t *testing.T) {
+	for glob, want := range map[string]string{
+		"nvidia.com/mig-*":  `^nvidia\.com/mig-[^/]*$`,
+		"example.com/gpu-?": `^example\.com/gpu-[^/]$`,
+	} {
+		if got, err := globToRegexp(glob); err != nil || got != want {
+			t.Errorf("%s: %q, %v; want %q", glob, got, err, want)
+		}
+	}
+	if _, err := globToRegexp("nvidia.com/[ab]"); err == nil {
+		t.Error("a character class must be refused, not approximated")
+	}
+}
+
+func TestRenderDefault(t *testing.T) {
+	p, err := Render(config.Default(), Options{ExcludedNamespaces: []string{"gpuguard"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.ValidatingBinding.Spec.ValidationActions; len(got) != 1 || got[0] != admissionregistrationv1.Deny {
+		t.Errorf("enforce must render Deny, got %v", got)
+	}
+	sel := p.ValidatingBinding.Spec.MatchResources.NamespaceSelector.MatchExpressions[0]
+	if sel.Key != "kubernetes.io/metadata.name" || strings.Join(sel.Values, ",") != "gpuguard,kube-node-lease,kube-system" {
+		t.Errorf("namespace selector %+v", sel)
+	}
+	rules := map[string]bool{}
+	for _, v := range p.Validating.Spec.Validations {
+		rule := strings.TrimSuffix(strings.SplitN(strings.TrimPrefix(v.Message, "gpuguard backstop ["), "]", 2)[0], "]")
+		rules[rule] = true
+	}
+	for _, want := range []string{"device-env", "protected-env", "env-value-from", "envfrom-prefix", "device-list-mount", "device-annotation", "sensitive-hostpath", "final-state"} {
+		if !rules[want] {
+			t.Errorf("rule %s is not rendered", want)
+		}
+	}
+	for _, advisory := range []string{"privileged", "nvidia-runtime-class", "envfrom-unprefixed"} {
+		if rules[advisory] {
+			t.Errorf("%s is a warning or needs inspection in the default policy; it must be webhook-only", advisory)
+		}
+	}
+	if len(p.Validating.Spec.MatchConditions) != 0 {
+		t.Errorf("no exemptions, no match conditions: %+v", p.Validating.Spec.MatchConditions)
+	}
+	mut := p.Mutating.Spec.Mutations[0].JSONPatch.Expression
+	for _, want := range []string{`"/spec/containers/"`, `"/spec/initContainers/"`, `"/spec/ephemeralContainers/"`, `value: "void"`} {
+		if !strings.Contains(mut, want) {
+			t.Errorf("the void injection lacks %s", want)
+		}
+	}
+}
+
+func TestRenderFollowsThePolicy(t *testing.T) {
+	p, err := Render(parse(t, `  mode: warn
+  injectVoid: false
+  env:
+    extraDeviceVariables: [DOCKER_RESOURCE_GPU]
+    unprefixedEnvFromOnGPU: deny
+  advisories: {privileged: deny, nvidiaRuntimeClass: deny}
+  exemptions:
+    namespaces: [gpu-operator]
+    serviceAccounts: [{namespace: ci, name: smoke}]
+    usernames: [system:admin]
+`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.ValidatingBinding.Spec.ValidationActions; got[0] != admissionregistrationv1.Warn {
+		t.Errorf("warn must render Warn, got %v", got)
+	}
+	all := ""
+	for _, v := range p.Validating.Spec.Validations {
+		all += v.Message + "\n" + v.Expression + "\n"
+	}
+	for _, want := range []string{"[privileged]", "[nvidia-runtime-class]", "[envfrom-unprefixed]", `"DOCKER_RESOURCE_GPU"`} {
+		if !strings.Contains(all, want) {
+			t.Errorf("rendered validations lack %s", want)
+		}
+	}
+	if strings.Contains(all, "[final-state]") || p.Mutating.Spec.Mutations[0].JSONPatch.Expression != "[]" {
+		t.Error("with injectVoid off there is no final-state rule and no injection")
+	}
+	conds := ""
+	for _, c := range p.Validating.Spec.MatchConditions {
+		conds += c.Expression
+	}
+	if !strings.Contains(conds, `"system:admin"`) || !strings.Contains(conds, `"ci/smoke"`) {
+		t.Errorf("exemptions not carried over: %s", conds)
+	}
+	if !strings.Contains(strings.Join(p.MutatingBinding.Spec.MatchResources.NamespaceSelector.MatchExpressions[0].Values, ","), "gpu-operator") {
+		t.Error("an exempt namespace must be left out of the bindings")
+	}
+}

@@ -1,0 +1,182 @@
+package cel
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/gpuguard/gpuguard/config"
+)
+
+// containerList is one kind of container list in a pod spec.
+type containerList struct {
+	field string // in the pod spec
+	kind  string // in messages
+}
+
+var containerLists = []containerList{
+	{"initContainers", "init container"},
+	{"containers", "container"},
+	{"ephemeralContainers", "ephemeral container"},
+}
+
+// judged is the CEL list of the containers a request puts up for judgement: all
+// of them on CREATE; on an UPDATE of pods/ephemeralcontainers, only the ephemeral
+// containers it adds.
+func (l containerList) judged() string {
+	all := fmt.Sprintf("(has(object.spec.%[1]s) ? object.spec.%[1]s : [])", l.field)
+	if l.field != "ephemeralContainers" {
+		return fmt.Sprintf(`(request.operation == "CREATE" ? %s : [])`, all)
+	}
+	return fmt.Sprintf(`%s.filter(c, request.operation == "CREATE" || (`+subResource+` == "ephemeralcontainers" && `+
+		`!(has(oldObject.spec.ephemeralContainers) && oldObject.spec.ephemeralContainers.exists(o, o.name == c.name))))`, all)
+}
+
+// subResource is the request's subresource, "" for the object itself (the field is
+// absent then).
+const subResource = `(has(request.subResource) ? request.subResource : "")`
+
+// rules builds the predicates of the policy for a container bound to c.
+type rules struct {
+	p          *config.Policy
+	gpu        string   // c is a GPU container
+	deviceVars []string // NVIDIA_VISIBLE_DEVICES and the extra device variables
+	protected  []string // every protected name, device variables included
+}
+
+func newRules(p *config.Policy) (*rules, error) {
+	r := &rules{p: p, deviceVars: append([]string{config.VisibleDevicesEnv}, p.Spec.Env.ExtraDeviceVariables...)}
+	r.protected = slices.Clone(r.deviceVars)
+	for _, v := range p.Spec.Env.ProtectedVariables {
+		r.protected = append(r.protected, v.Name)
+	}
+	var exact, patterns []string
+	for _, g := range p.Spec.GPUResources {
+		if !strings.ContainsAny(g, "*?[\\") {
+			exact = append(exact, g)
+			continue
+		}
+		re, err := globToRegexp(g)
+		if err != nil {
+			return nil, err
+		}
+		patterns = append(patterns, fmt.Sprintf("k.matches(%s)", str(re)))
+	}
+	isGPUName := or(append([]string{fmt.Sprintf("k in %s", list(exact))}, patterns...)...)
+	r.gpu = fmt.Sprintf(`has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(k, (%s) && quantity(string(c.resources.limits[k])).isGreaterThan(quantity("0")))`, isGPUName)
+	return r, nil
+}
+
+// deviceEnv: an entry of a device variable with a granting literal value.
+func (r *rules) deviceEnv() string {
+	return fmt.Sprintf(`has(c.env) && c.env.exists(e, e.name in %s && !has(e.valueFrom) && has(e.value) && `+
+		`!(e.value in ((%s) ? ["void", ""] : ["void", "", "none"])))`, list(r.deviceVars), r.gpu)
+}
+
+// protectedEnv: a protected variable where the policy does not allow it.
+func (r *rules) protectedEnv() string {
+	var nowhere, onGPU []string
+	var badValue []string
+	for _, v := range r.p.Spec.Env.ProtectedVariables {
+		if !v.AllowOnGPUContainers {
+			nowhere = append(nowhere, v.Name)
+			continue
+		}
+		onGPU = append(onGPU, v.Name)
+		if len(v.AllowedValues) > 0 {
+			badValue = append(badValue, fmt.Sprintf(`e.name == %s && has(e.value) && e.value.split(",").exists(x, x.trim() != "" && !(x.trim() in %s))`,
+				str(v.Name), list(v.AllowedValues)))
+		}
+	}
+	violation := or(
+		fmt.Sprintf("e.name in %s", list(nowhere)),
+		fmt.Sprintf("!(%s) && e.name in %s", r.gpu, list(onGPU)),
+		func() string {
+			if len(badValue) == 0 {
+				return ""
+			}
+			return fmt.Sprintf("(%s) && (%s)", r.gpu, or(badValue...))
+		}(),
+	)
+	return fmt.Sprintf(`has(c.env) && c.env.exists(e, !has(e.valueFrom) && (%s))`, violation)
+}
+
+// envValueFrom: a protected name whose value comes from elsewhere.
+func (r *rules) envValueFrom() string {
+	return fmt.Sprintf(`has(c.env) && c.env.exists(e, e.name in %s && has(e.valueFrom))`, list(r.protected))
+}
+
+// envFromPrefix: an envFrom prefix that can spell a protected name.
+func (r *rules) envFromPrefix() string {
+	return fmt.Sprintf(`has(c.envFrom) && c.envFrom.exists(f, has(f.prefix) && f.prefix != "" && %s.exists(n, n.startsWith(f.prefix)))`, list(r.protected))
+}
+
+// envFromUnprefixed: any envFrom without a prefix on a GPU container; rendered only
+// when the policy denies those outright (inspecting ConfigMaps is webhook-only).
+func (r *rules) envFromUnprefixed() string {
+	return fmt.Sprintf(`(%s) && has(c.envFrom) && c.envFrom.exists(f, !has(f.prefix) || f.prefix == "")`, r.gpu)
+}
+
+// deviceListMount: a mount under a device-list root, for paths CEL can judge.
+func (r *rules) deviceListMount() string {
+	return fmt.Sprintf(`has(c.volumeMounts) && c.volumeMounts.exists(m, %s && %s.exists(root, %s.startsWith(root)))`,
+		judgeable("m.mountPath"), list(r.p.Spec.DeviceListMountRoots), cleanPath("m.mountPath"))
+}
+
+// effectivelyVoid: the last entry of a device variable is a literal void or "".
+func effectivelyVoid(name string) string {
+	entries := fmt.Sprintf(`c.env.filter(e, e.name == %s)`, str(name))
+	last := fmt.Sprintf(`%[1]s[size(%[1]s) - 1]`, entries)
+	return fmt.Sprintf(`has(c.env) && size(%s) > 0 && !has(%[2]s.valueFrom) && (!has(%[2]s.value) || %[2]s.value in ["void", ""])`, entries, last)
+}
+
+// finalState: a non-GPU container left without void in some device variable.
+func (r *rules) finalState() string {
+	var missing []string
+	for _, n := range r.deviceVars {
+		missing = append(missing, "!("+effectivelyVoid(n)+")")
+	}
+	return fmt.Sprintf(`!(%s) && (%s)`, r.gpu, or(missing...))
+}
+
+// privileged: a privileged container, or one that adds SYS_ADMIN or ALL.
+func (r *rules) privileged() string {
+	return `has(c.securityContext) && ((has(c.securityContext.privileged) && c.securityContext.privileged) || ` +
+		`(has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && ` +
+		`c.securityContext.capabilities.add.exists(a, a.upperAscii() in ["SYS_ADMIN", "CAP_SYS_ADMIN", "ALL", "CAP_ALL"])))`
+}
+
+// deviceAnnotation: a denied annotation key, on UPDATE only when added or changed.
+func (r *rules) deviceAnnotation() string {
+	a := r.p.Spec.Annotations
+	denied := or(fmt.Sprintf("k in %s", list(a.DeniedKeys)), fmt.Sprintf("%s.exists(p, k.startsWith(p))", list(a.DeniedPrefixes)))
+	return fmt.Sprintf(subResource+` == "" && has(object.metadata.annotations) && object.metadata.annotations.exists(k, (%s) && `+
+		`(request.operation == "CREATE" || !has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations) || `+
+		`oldObject.metadata.annotations[k] != object.metadata.annotations[k]))`, denied)
+}
+
+// sensitiveHostPath: a hostPath equal to, below or above a sensitive path, with /run
+// and /var/run alike, for paths CEL can judge.
+func (r *rules) sensitiveHostPath() string {
+	var paths []string
+	for _, s := range r.p.Spec.SensitiveHostPaths {
+		paths = append(paths, runAliases(path.Clean(s))...)
+	}
+	slices.Sort(paths)
+	p := cleanPath("v.hostPath.path")
+	return fmt.Sprintf(`request.operation == "CREATE" && has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath) && %s && `+
+		`%s.exists(s, %[3]s == s || %[3]s == "/" || %[3]s.startsWith(s + "/") || s.startsWith(%[3]s + "/")))`,
+		judgeable("v.hostPath.path"), list(slices.Compact(paths)), p)
+}
+
+// runAliases lists a path under both /run and /var/run, its usual symlink.
+func runAliases(p string) []string {
+	switch {
+	case p == "/run" || strings.HasPrefix(p, "/run/"):
+		return []string{p, "/var" + p}
+	case p == "/var/run" || strings.HasPrefix(p, "/var/run/"):
+		return []string{p, strings.TrimPrefix(p, "/var")}
+	}
+	return []string{p}
+}

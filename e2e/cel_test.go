@@ -1,0 +1,360 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/gpuguard/gpuguard/cel"
+	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/internal/manifest"
+	"github.com/gpuguard/gpuguard/policy"
+)
+
+// installBackstop applies the CEL policies rendered from the default policy (or
+// removes them) and waits until the API server acts on them.
+func (s *suite) installBackstop(ctx context.Context, on bool) error {
+	p, err := cel.Render(config.Default(), cel.Options{ExcludedNamespaces: []string{releaseNS, excludedNS, selfManagedNS, chartNamespace}})
+	if err != nil {
+		return err
+	}
+	ar := s.cp.Client.AdmissionregistrationV1()
+	name := p.Validating.Name
+	for _, del := range []func() error{
+		func() error { return ar.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}) },
+		func() error { return ar.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{}) },
+		func() error { return ar.MutatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}) },
+		func() error { return ar.MutatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{}) },
+	} {
+		if err := del(); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	if !on {
+		// The API server drops a deleted policy a moment later: wait for it.
+		return framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
+			denied, err := backstopDeniesLeak(ctx)
+			return !denied, err
+		})
+	}
+	if _, err := ar.ValidatingAdmissionPolicies().Create(ctx, p.Validating, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("the API server refused the rendered ValidatingAdmissionPolicy: %w", err)
+	}
+	if _, err := ar.ValidatingAdmissionPolicyBindings().Create(ctx, p.ValidatingBinding, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if _, err := ar.MutatingAdmissionPolicies().Create(ctx, p.Mutating, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("the API server refused the rendered MutatingAdmissionPolicy: %w", err)
+	}
+	if _, err := ar.MutatingAdmissionPolicyBindings().Create(ctx, p.MutatingBinding, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// waitBackstop waits until the backstop acts, in a namespace that gpuguard's
+// webhooks leave out: a plain pod comes back with void (the mutating policy) and a
+// leaking pod is denied (the validating one).
+func (s *suite) waitBackstop(ctx context.Context) error {
+	return framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
+		p, err := s.cp.Client.CoreV1().Pods(celProbeNS).Create(ctx, plainPod("backstop-probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil || lastEnv(p.Spec.Containers[0], "NVIDIA_VISIBLE_DEVICES") != "void" {
+			return false, nil
+		}
+		return backstopDeniesLeak(ctx)
+	})
+}
+
+// backstopDeniesLeak reports whether the backstop denies a leaking pod, in a
+// namespace that gpuguard's webhooks leave out.
+func backstopDeniesLeak(ctx context.Context) (bool, error) {
+	_, err := s.cp.Client.CoreV1().Pods(celProbeNS).Create(ctx, withEnv(plainPod("backstop-leak"), allGPUs), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil && !strings.Contains(err.Error(), "gpuguard backstop") {
+		return false, fmt.Errorf("unexpected error: %w", err)
+	}
+	return err != nil, nil
+}
+
+// withBackstopOnly runs f with the CEL policies installed and gpuguard's webhooks
+// removed, then puts the suite back.
+func withBackstopOnly(t *testing.T, f func()) {
+	ctx := context.Background()
+	if err := s.Configs.Remove(ctx, s.cp.Client); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := s.installBackstop(ctx, false); err != nil {
+			t.Error(err)
+		}
+		if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.waitEnforcing(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	if err := s.installBackstop(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.waitBackstop(ctx); err != nil {
+		t.Fatalf("the CEL backstop never took effect: %v", err)
+	}
+	f()
+}
+
+func webhookOnly(rule string) bool {
+	return slices.ContainsFunc(cel.WebhookOnly, func(g cel.Gap) bool { return string(g.Rule) == rule })
+}
+
+var backstopRule = deniedRule
+
+// TestCELBackstopParity evaluates every plain fixture with the CEL policies alone
+// (webhooks removed): each denial of the engine is a denial of the backstop unless
+// its rule is on the documented webhook-only list, no pass fixture is denied, and
+// pods are stored with the effective NVIDIA_VISIBLE_DEVICES the engine computes.
+func TestCELBackstopParity(t *testing.T) {
+	dyn, err := dynamic.NewForConfig(s.cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := policy.New(config.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	withBackstopOnly(t, func() {
+		files, _ := filepath.Glob(filepath.Join("..", "policy", "testdata", "*", "*.yaml"))
+		for _, path := range files {
+			f := &fixture{}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sigsyaml.Unmarshal(data, f); err != nil {
+				t.Fatal(err)
+			}
+			if !f.plain() {
+				continue
+			}
+			name := filepath.Base(filepath.Dir(path)) + "/" + strings.TrimSuffix(filepath.Base(path), ".yaml")
+			t.Run(name, func(t *testing.T) { backstopFixture(t, dyn, engine, f) })
+		}
+	})
+}
+
+func backstopFixture(t *testing.T, dyn dynamic.Interface, engine *policy.Engine, f *fixture) {
+	ctx := context.Background()
+	ns := fmt.Sprintf("cel-%08x", crc32.ChecksumIEEE([]byte(t.Name())))
+	if err := framework.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
+		t.Fatal(err)
+	}
+	typed, err := manifest.DecodeObject(f.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := engine.Admit(ctx, policy.Request{Operation: admissionv1.Create, Namespace: ns, Object: typed,
+		ConfigMaps: fixtureConfigMaps(f.ConfigMaps)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	if u.Object, err = runtime.DefaultUnstructuredConverter.ToUnstructured(typed); err != nil {
+		t.Fatal(err)
+	}
+	u.SetNamespace(ns)
+	created, err := dyn.Resource(resources[u.GetKind()]).Namespace(ns).Create(ctx, u, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	switch {
+	case apierrors.IsInvalid(err) && !strings.Contains(err.Error(), "AdmissionPolicy"):
+		t.Skipf("not a valid object for the API server: %v", err)
+	case err != nil && !strings.Contains(err.Error(), "gpuguard backstop"):
+		t.Fatalf("unexpected error: %v", err)
+	case err != nil && want.Allowed:
+		t.Fatalf("the backstop denied a pod the engine allows: %v", err)
+	case err == nil && !want.Allowed && u.GetKind() != "Pod":
+		// Pod controllers are webhook-only: their pods are judged when created.
+	case err == nil && !want.Allowed:
+		for _, v := range want.Violations {
+			if !webhookOnly(string(v.Rule)) {
+				t.Errorf("the backstop allowed what the engine denies by %s, which is not a webhook-only rule: %s", v.Rule, v.Message)
+			}
+		}
+	case err != nil:
+		for _, m := range backstopRule.FindAllStringSubmatch(err.Error(), -1) {
+			if !slices.ContainsFunc(want.Violations, func(v policy.Violation) bool { return string(v.Rule) == m[1] }) {
+				t.Errorf("the backstop denied by %s, which the engine does not: %v", m[1], err)
+			}
+		}
+	}
+	if err != nil || !want.Allowed {
+		return
+	}
+	if pod, ok := typed.(*corev1.Pod); ok {
+		compareEffectiveDevices(t, pod, want, created)
+	}
+}
+
+// compareEffectiveDevices checks that every container ends up with the effective
+// NVIDIA_VISIBLE_DEVICES the engine's patch gives it.
+func compareEffectiveDevices(t *testing.T, pod *corev1.Pod, want policy.Result, created *unstructured.Unstructured) {
+	patched, err := policy.ApplyPatch(pod, want.Patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := &corev1.Pod{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(created.Object, stored); err != nil {
+		t.Fatal(err)
+	}
+	w := patched.(*corev1.Pod)
+	for i, c := range stored.Spec.Containers {
+		if got, exp := lastEnv(c, "NVIDIA_VISIBLE_DEVICES"), lastEnv(w.Spec.Containers[i], "NVIDIA_VISIBLE_DEVICES"); got != exp {
+			t.Errorf("container %s: NVIDIA_VISIBLE_DEVICES=%s with the backstop, %s with the engine", c.Name, got, exp)
+		}
+	}
+	for i, c := range stored.Spec.InitContainers {
+		if got, exp := lastEnv(c, "NVIDIA_VISIBLE_DEVICES"), lastEnv(w.Spec.InitContainers[i], "NVIDIA_VISIBLE_DEVICES"); got != exp {
+			t.Errorf("init container %s: NVIDIA_VISIBLE_DEVICES=%s with the backstop, %s with the engine", c.Name, got, exp)
+		}
+	}
+}
+
+type fixtureConfigMaps []corev1.ConfigMap
+
+func (cms fixtureConfigMaps) ConfigMapData(_ context.Context, _, name string) (map[string]string, error) {
+	for _, cm := range cms {
+		if cm.Name == name {
+			return cm.Data, nil
+		}
+	}
+	return nil, policy.ErrConfigMapNotFound
+}
+
+// TestCELBackstopWithTheWebhookDown installs the backstop beside webhooks that fail
+// open (failurePolicy Ignore, the availability option the backstop makes safe),
+// kills the webhook, and checks that the core guarantees hold; with the webhook up
+// again, users see the webhook's own message.
+func TestCELBackstopWithTheWebhookDown(t *testing.T) {
+	ctx := context.Background()
+	open := admissionregistrationv1.Ignore
+	failOpen := &framework.WebhookConfigurations{Mutating: s.Configs.Mutating.DeepCopy(), Validating: s.Configs.Validating.DeepCopy()}
+	for i := range failOpen.Validating.Webhooks {
+		failOpen.Validating.Webhooks[i].FailurePolicy = &open
+	}
+	if err := failOpen.Install(ctx, s.cp.Client); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.installBackstop(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := s.installBackstop(ctx, false); err != nil {
+			t.Error(err)
+		}
+		if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.waitEnforcing(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	if err := s.Webhook.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.waitBackstop(ctx); err != nil {
+		_ = s.startWebhook(ctx)
+		t.Fatalf("with the webhook down, the backstop did not enforce: %v", err)
+	}
+	pods := s.cp.Client.CoreV1().Pods(enforceNS)
+	_, err := pods.Create(ctx, withEnv(plainPod("while-down-leak"), allGPUs), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "gpuguard backstop [device-env]") {
+		t.Errorf("with the webhook down, a leaking pod must be denied by the backstop, got %v", err)
+	}
+	stored, err := pods.Create(ctx, plainPod("while-down-plain"), metav1.CreateOptions{})
+	if err != nil {
+		t.Errorf("with the webhook down, a plain pod must still be admitted: %v", err)
+	} else {
+		defer deletePod(ctx, enforceNS, stored.Name)
+		if got := lastEnv(stored.Spec.Containers[0], "NVIDIA_VISIBLE_DEVICES"); got != "void" {
+			t.Errorf("with the webhook down, a plain pod was stored with NVIDIA_VISIBLE_DEVICES=%s, want void", got)
+		}
+	}
+
+	if err := s.startWebhook(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// With both up, the mutating webhook judges first: users see its message.
+	err = framework.Poll(ctx, time.Minute, func() (bool, error) {
+		_, err = pods.Create(ctx, withEnv(plainPod("both-up-leak"), allGPUs), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "gpuguard denied"), nil
+	})
+	if err != nil {
+		t.Errorf("with the webhook back, its message must be the one users see: %v", err)
+	}
+}
+
+// TestWebhookKeepsTheBackstopInSync runs a webhook with --cel-backstop: it applies
+// the CEL policies rendered from the live policy ConfigMap, and re-applies them when
+// the ConfigMap changes.
+func TestWebhookKeepsTheBackstopInSync(t *testing.T) {
+	ctx := context.Background()
+	const name = "gpuguard-synced"
+	kubeconfig, err := s.cp.Kubeconfig("gpuguard-backstop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh, err := framework.NewWebhook(s.Binary, kubeconfig, s.CertDir, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh.Extra = []string{"--cel-backstop", "--cel-backstop-name", name, "--cel-backstop-exclude-namespace", releaseNS}
+	if err := wh.Start(releaseNS + "/" + policyName); err != nil {
+		t.Fatal(err)
+	}
+	ar := s.cp.Client.AdmissionregistrationV1()
+	defer func() {
+		_ = wh.Stop()
+		_ = ar.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
+		_ = ar.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
+		_ = ar.MutatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
+		_ = ar.MutatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
+		if err := s.writePolicy(ctx, suitePolicy); err != nil {
+			t.Error(err)
+		}
+	}()
+	action := func() (string, error) {
+		b, err := ar.ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return "", nil
+		}
+		if _, err := ar.MutatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return "", nil
+		}
+		return string(b.Spec.ValidationActions[0]), nil
+	}
+	if err := framework.Poll(ctx, time.Minute, func() (bool, error) { a, err := action(); return a == "Deny", err }); err != nil {
+		t.Fatalf("the webhook did not apply the backstop: %v\n%s", err, framework.Tail(wh.Log))
+	}
+	if err := s.writePolicy(ctx, suitePolicy+"  mode: warn\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.Poll(ctx, time.Minute, func() (bool, error) { a, err := action(); return a == "Warn", err }); err != nil {
+		t.Fatalf("a policy edit did not reach the backstop: %v\n%s", err, framework.Tail(wh.Log))
+	}
+}
