@@ -79,7 +79,7 @@ Secret, rotated, with the CA bundle written into the named webhook configuration
 	fl.StringVar(&f.certSecret, "cert-secret", "", "NAMESPACE/NAME: manage certificates in this Secret (cert-controller)")
 	fl.StringVar(&o.ServiceName, "service-name", "gpuguard-webhook", "the webhook Service, for the certificate's DNS name")
 	fl.StringVar(&o.MutatingConfig, "mutating-webhook-configuration", "", "MutatingWebhookConfiguration to inject the CA bundle into")
-	fl.StringVar(&o.ValidatingConfig, "validating-webhook-configuration", "", "ValidatingWebhookConfiguration to inject the CA bundle into")
+	fl.StringVar(&o.ValidatingConfig, "validating-webhook-configuration", "", "ValidatingWebhookConfiguration to inject the CA bundle into (self-managed certificates), and owner of the CEL backstop, which goes with it")
 	fl.StringSliceVar(&o.ExtraDNSNames, "extra-dns-names", nil, "more DNS names for the serving certificate (e.g. localhost)")
 	fl.BoolVar(&f.backstop, "cel-backstop", false, "keep the policy's CEL backstop (ValidatingAdmissionPolicy and MutatingAdmissionPolicy) applied in the cluster")
 	fl.StringVar(&f.backstopOptions.Name, "cel-backstop-name", cel.DefaultName, "name of the CEL backstop's policies and bindings")

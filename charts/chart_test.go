@@ -137,6 +137,12 @@ func parseValues(t *testing.T, s string) map[string]any {
 	return v
 }
 
+// clusterAPIs are the optional APIs of the cluster the goldens are rendered for: a
+// Kubernetes 1.37 cluster, serving both admission policy APIs as v1, with
+// cert-manager and the Prometheus Operator.
+var clusterAPIs = []string{"cert-manager.io/v1", "monitoring.coreos.com/v1",
+	"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"}
+
 // rendered is one release rendered client-side, as helm template does, with the
 // golden text of it: manifests, hooks and NOTES.txt.
 type rendered struct {
@@ -146,7 +152,7 @@ type rendered struct {
 
 func render(t *testing.T, c *chart.Chart, values map[string]any) (*rendered, error) {
 	t.Helper()
-	rel, err := chartrender.Render(c, releaseName, namespace, values, "cert-manager.io/v1", "monitoring.coreos.com/v1")
+	rel, err := chartrender.Render(c, releaseName, namespace, values, clusterAPIs...)
 	if err != nil {
 		return nil, err
 	}
@@ -713,6 +719,14 @@ func TestRBAC(t *testing.T) {
 			if rc.name != "custom-policy" { // that policy does not inspect envFrom ConfigMaps
 				want = append(want, rbacRule{"cluster", "", "configmaps", "get", ""})
 			}
+			// The CEL backstop (every case renders for a 1.37 cluster).
+			for _, res := range []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings", "mutatingadmissionpolicies", "mutatingadmissionpolicybindings"} {
+				want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, "create", ""})
+				for _, v := range []string{"get", "patch", "update"} {
+					want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, v, "gpuguard-backstop"})
+				}
+			}
+			want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "get", "gpuguard"})
 			if !strings.HasPrefix(rc.name, "cert-manager") && rc.name != "existing-secret" {
 				for _, res := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"} {
 					want = append(want,
@@ -847,5 +861,65 @@ func TestValuesRejected(t *testing.T) {
 				t.Fatalf("want an error naming %q, got %v", tc.want, err)
 			}
 		})
+	}
+}
+
+// TestBackstop: the webhook keeps the CEL backstop applied where the API server
+// serves both admission policy APIs, with exactly the RBAC that needs; elsewhere, or
+// when turned off, neither; and the pods' webhook may fail open only with it.
+func TestBackstop(t *testing.T) {
+	c := loadChart(t)
+	args := func(r *chartrender.Release) string {
+		for _, d := range r.Documents(false) {
+			if strings.Contains(d, "\nkind: Deployment") {
+				return d
+			}
+		}
+		t.Fatal("no Deployment rendered")
+		return ""
+	}
+	on, err := chartrender.Render(c, releaseName, namespace, nil, clusterAPIs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"- --cel-backstop\n", "- --cel-backstop-name=gpuguard-backstop", "- --cel-backstop-exclude-namespace=gpuguard-system",
+		"- --cel-backstop-exclude-namespace=kube-system"} {
+		if !strings.Contains(args(on), want) {
+			t.Errorf("the webhook lacks %s", want)
+		}
+	}
+	if !strings.Contains(on.Raw, "mutatingadmissionpolicies") {
+		t.Error("no RBAC for the backstop")
+	}
+	for name, values := range map[string]map[string]any{
+		"turned off":      {"backstop": map[string]any{"enabled": false}},
+		"not served here": nil,
+	} {
+		apis := clusterAPIs
+		if values == nil {
+			apis = clusterAPIs[:2]
+		}
+		off, err := chartrender.Render(c, releaseName, namespace, values, apis...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(args(off), "--cel-backstop") || strings.Contains(off.Raw, "admissionpolicies") {
+			t.Errorf("%s: the backstop must not be set up", name)
+		}
+		failOpen := map[string]any{"webhook": map[string]any{"failurePolicy": "Ignore"}}
+		if values != nil {
+			failOpen["backstop"] = values["backstop"]
+		}
+		_, err = chartrender.Render(c, releaseName, namespace, failOpen, apis...)
+		if err == nil || !strings.Contains(err.Error(), "needs the CEL backstop") {
+			t.Errorf("%s: failing open without the backstop must be refused, got %v", name, err)
+		}
+	}
+	open, err := chartrender.Render(c, releaseName, namespace, map[string]any{"webhook": map[string]any{"failurePolicy": "Ignore"}}, clusterAPIs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(open.Raw, "failurePolicy: Fail") {
+		t.Error("with webhook.failurePolicy=Ignore, no webhook may fail closed")
 	}
 }

@@ -323,7 +323,8 @@ func TestWebhookKeepsTheBackstopInSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wh.Extra = []string{"--cel-backstop", "--cel-backstop-name", name, "--cel-backstop-exclude-namespace", releaseNS}
+	wh.Extra = []string{"--cel-backstop", "--cel-backstop-name", name, "--cel-backstop-exclude-namespace", releaseNS,
+		"--validating-webhook-configuration", s.Configs.Validating.Name}
 	if err := wh.Start(releaseNS + "/" + policyName); err != nil {
 		t.Fatal(err)
 	}
@@ -350,6 +351,15 @@ func TestWebhookKeepsTheBackstopInSync(t *testing.T) {
 	}
 	if err := framework.Poll(ctx, time.Minute, func() (bool, error) { a, err := action(); return a == "Deny", err }); err != nil {
 		t.Fatalf("the webhook did not apply the backstop: %v\n%s", err, framework.Tail(wh.Log))
+	}
+	// Uninstalling gpuguard (deleting its webhook configuration) takes the backstop
+	// with it, through the garbage collector.
+	vap, err := ar.ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owners := vap.OwnerReferences; len(owners) != 1 || owners[0].Kind != "ValidatingWebhookConfiguration" || owners[0].Name != s.Configs.Validating.Name {
+		t.Errorf("the backstop must be owned by gpuguard's ValidatingWebhookConfiguration, got %+v", owners)
 	}
 	if err := s.writePolicy(ctx, suitePolicy+"  mode: warn\n"); err != nil {
 		t.Fatal(err)

@@ -3,8 +3,11 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -19,10 +22,16 @@ import (
 // at once and there is one source of truth. The objects outlive the webhook: that
 // is the point of a backstop.
 type backstopSync struct {
-	client  client.Client
+	client client.Client
+	// reader reads the owner straight from the API server, without a watch.
+	reader  client.Reader
 	options cel.Options
 	metrics *Metrics
 	log     logr.Logger
+	// owner, when set, names the ValidatingWebhookConfiguration that owns the
+	// backstop objects, so that removing gpuguard (helm uninstall deletes that
+	// configuration) garbage-collects them too.
+	owner string
 	// applied is the hash of the policy last applied.
 	applied string
 }
@@ -32,9 +41,15 @@ const fieldOwner = "gpuguard"
 
 func (b *backstopSync) apply(ctx context.Context, p *config.Policy) error {
 	policies, err := cel.Render(p, b.options)
+	var owners []metav1.OwnerReference
+	if err == nil {
+		owners, err = b.ownerReferences(ctx)
+	}
 	if err == nil {
 		for _, obj := range policies.Objects() {
-			if err = b.applyOne(ctx, obj.(client.Object)); err != nil {
+			o := obj.(client.Object)
+			o.SetOwnerReferences(owners)
+			if err = b.applyOne(ctx, o); err != nil {
 				break
 			}
 		}
@@ -47,6 +62,18 @@ func (b *backstopSync) apply(ctx context.Context, p *config.Policy) error {
 	b.metrics.BackstopSyncs.WithLabelValues("success").Inc()
 	b.log.Info("CEL backstop applied", "name", b.options.Name)
 	return nil
+}
+
+func (b *backstopSync) ownerReferences(ctx context.Context) ([]metav1.OwnerReference, error) {
+	if b.owner == "" {
+		return nil, nil
+	}
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := b.reader.Get(ctx, client.ObjectKey{Name: b.owner}, vwc); err != nil {
+		return nil, fmt.Errorf("looking up the owner of the backstop, ValidatingWebhookConfiguration %s: %w", b.owner, err)
+	}
+	return []metav1.OwnerReference{{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration",
+		Name: vwc.Name, UID: vwc.UID}}, nil
 }
 
 func (b *backstopSync) applyOne(ctx context.Context, obj client.Object) error {

@@ -59,7 +59,8 @@ func runInCluster(ctx context.Context, o Options) error {
 		events: mgr.GetEventRecorder("gpuguard"), metrics: m, log: o.Log.WithName("policy"),
 	}
 	if o.CELBackstop != nil {
-		reconciler.backstop = &backstopSync{client: mgr.GetClient(), options: *o.CELBackstop, metrics: m, log: o.Log.WithName("backstop")}
+		reconciler.backstop = &backstopSync{client: mgr.GetClient(), reader: mgr.GetAPIReader(), options: *o.CELBackstop, owner: o.ValidatingConfig,
+			metrics: m, log: o.Log.WithName("backstop")}
 	}
 	if err := reconciler.setup(mgr); err != nil {
 		return err

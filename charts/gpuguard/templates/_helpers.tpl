@@ -181,3 +181,19 @@ namespaceSelector:
       values:
         {{- include "gpuguard.excludedNamespaces" . | nindent 8 }}
 {{- end -}}
+
+{{/* Whether the CEL backstop is on: asked for, and served by the API server. */}}
+{{- define "gpuguard.backstop" -}}
+{{- and .Values.backstop.enabled (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") -}}
+{{- end -}}
+
+{{/* Name of the CEL backstop's policies and bindings. */}}
+{{- define "gpuguard.backstopName" -}}{{ include "gpuguard.fullname" . }}-backstop{{- end -}}
+
+{{/* Failure policy of the pods' validating webhook. */}}
+{{- define "gpuguard.podsFailurePolicy" -}}
+{{- if and (eq .Values.webhook.failurePolicy "Ignore") (ne (include "gpuguard.backstop" .) "true") -}}
+{{- fail "webhook.failurePolicy=Ignore needs the CEL backstop (backstop.enabled=true on Kubernetes 1.36 or later): without it a gpuguard outage enforces nothing" -}}
+{{- end -}}
+{{- .Values.webhook.failurePolicy -}}
+{{- end -}}
