@@ -41,7 +41,7 @@ func (r *rules) mutatingPolicy(name string) *admissionregistrationv1.MutatingAdm
 
 // voidPatches is a CEL list of JSON Patch operations for one container list.
 func (r *rules) voidPatches(l containerList) string {
-	judged := fmt.Sprintf(`request.operation == "CREATE"`)
+	judged := `request.operation == "CREATE"`
 	if l.field == "ephemeralContainers" {
 		judged = `(request.operation == "CREATE" || !(has(oldObject.spec.ephemeralContainers) && oldObject.spec.ephemeralContainers.exists(o, o.name == c.name)))`
 	}

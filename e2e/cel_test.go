@@ -94,6 +94,20 @@ func backstopDeniesLeak(ctx context.Context) (bool, error) {
 	return err != nil, nil
 }
 
+// restoreWebhooks removes the backstop and puts the suite's webhooks back.
+func (s *suite) restoreWebhooks(t *testing.T) {
+	ctx := context.Background()
+	if err := s.installBackstop(ctx, false); err != nil {
+		t.Error(err)
+	}
+	if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.waitEnforcing(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // withBackstopOnly runs f with the CEL policies installed and gpuguard's webhooks
 // removed, then puts the suite back.
 func withBackstopOnly(t *testing.T, f func()) {
@@ -101,17 +115,7 @@ func withBackstopOnly(t *testing.T, f func()) {
 	if err := s.Configs.Remove(ctx, s.cp.Client); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		if err := s.installBackstop(ctx, false); err != nil {
-			t.Error(err)
-		}
-		if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.waitEnforcing(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	defer s.restoreWebhooks(t)
 	if err := s.installBackstop(ctx, true); err != nil {
 		t.Fatal(err)
 	}
@@ -214,23 +218,10 @@ func backstopFixture(t *testing.T, dyn dynamic.Interface, engine *policy.Engine,
 // compareEffectiveDevices checks that every container ends up with the effective
 // NVIDIA_VISIBLE_DEVICES the engine's patch gives it.
 func compareEffectiveDevices(t *testing.T, pod *corev1.Pod, want policy.Result, created *unstructured.Unstructured) {
-	patched, err := policy.ApplyPatch(pod, want.Patch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored := &corev1.Pod{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(created.Object, stored); err != nil {
-		t.Fatal(err)
-	}
-	w := patched.(*corev1.Pod)
-	for i, c := range stored.Spec.Containers {
-		if got, exp := lastEnv(c, "NVIDIA_VISIBLE_DEVICES"), lastEnv(w.Spec.Containers[i], "NVIDIA_VISIBLE_DEVICES"); got != exp {
+	stored, expected := storedAndExpected(t, pod, want, created)
+	for i, c := range stored {
+		if got, exp := lastEnv(c, "NVIDIA_VISIBLE_DEVICES"), lastEnv(expected[i], "NVIDIA_VISIBLE_DEVICES"); got != exp {
 			t.Errorf("container %s: NVIDIA_VISIBLE_DEVICES=%s with the backstop, %s with the engine", c.Name, got, exp)
-		}
-	}
-	for i, c := range stored.Spec.InitContainers {
-		if got, exp := lastEnv(c, "NVIDIA_VISIBLE_DEVICES"), lastEnv(w.Spec.InitContainers[i], "NVIDIA_VISIBLE_DEVICES"); got != exp {
-			t.Errorf("init container %s: NVIDIA_VISIBLE_DEVICES=%s with the backstop, %s with the engine", c.Name, got, exp)
 		}
 	}
 }
@@ -263,17 +254,7 @@ func TestCELBackstopWithTheWebhookDown(t *testing.T) {
 	if err := s.installBackstop(ctx, true); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		if err := s.installBackstop(ctx, false); err != nil {
-			t.Error(err)
-		}
-		if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.waitEnforcing(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	defer s.restoreWebhooks(t)
 	if err := s.Webhook.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -142,25 +142,27 @@ func runFixture(t *testing.T, dyn dynamic.Interface, engine *policy.Engine, f *f
 	if err != nil {
 		t.Fatal(err)
 	}
+	stored, expected := storedAndExpected(t, pod, want, created)
+	for i, c := range stored {
+		if !envEqual(c.Env, expected[i].Env) {
+			t.Errorf("container %s stored with env %v, the engine computes %v", c.Name, c.Env, expected[i].Env)
+		}
+	}
+}
+
+// storedAndExpected lists the containers (init containers first) of the pod the API
+// server stored and of the pod the engine's patch makes, in the same order.
+func storedAndExpected(t *testing.T, pod *corev1.Pod, want policy.Result, created *unstructured.Unstructured) (stored, expected []corev1.Container) {
 	patched, err := policy.ApplyPatch(pod, want.Patch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored := &corev1.Pod{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(created.Object, stored); err != nil {
+	s := &corev1.Pod{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(created.Object, s); err != nil {
 		t.Fatal(err)
 	}
-	wantPod := patched.(*corev1.Pod)
-	for i, c := range stored.Spec.Containers {
-		if !envEqual(c.Env, wantPod.Spec.Containers[i].Env) {
-			t.Errorf("container %s stored with env %v, the engine computes %v", c.Name, c.Env, wantPod.Spec.Containers[i].Env)
-		}
-	}
-	for i, c := range stored.Spec.InitContainers {
-		if !envEqual(c.Env, wantPod.Spec.InitContainers[i].Env) {
-			t.Errorf("init container %s stored with env %v, the engine computes %v", c.Name, c.Env, wantPod.Spec.InitContainers[i].Env)
-		}
-	}
+	e := patched.(*corev1.Pod)
+	return append(s.Spec.InitContainers, s.Spec.Containers...), append(e.Spec.InitContainers, e.Spec.Containers...)
 }
 
 func envEqual(a, b []corev1.EnvVar) bool {

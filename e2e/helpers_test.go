@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
 )
 
 const cudaImage = "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04"
@@ -79,28 +80,10 @@ func expectDenied(t *testing.T, err error, rules ...string) {
 	}
 }
 
-// warnings collects the admission warnings a client receives.
-type warnings struct {
-	mu   sync.Mutex
-	seen []string
-}
-
-func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.seen = append(w.seen, text)
-}
-
-func (w *warnings) all() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.seen)
-}
-
 // clientWithWarnings is a client whose admission warnings are collected.
-func clientWithWarnings(t *testing.T) (kubernetes.Interface, *warnings) {
+func clientWithWarnings(t *testing.T) (kubernetes.Interface, *framework.Warnings) {
 	t.Helper()
-	w := &warnings{}
+	w := &framework.Warnings{}
 	cfg := rest.CopyConfig(s.cp.Config)
 	cfg.WarningHandler = w
 	c, err := kubernetes.NewForConfig(cfg)

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,7 +68,7 @@ func run(examples string) error {
 		return err
 	}
 	fmt.Printf("applying %s through the API server:\n\n", examples)
-	w := &warnings{}
+	w := &framework.Warnings{}
 	cfg := rest.CopyConfig(cp.Config)
 	cfg.WarningHandler = w
 	dyn, err := dynamic.NewForConfig(cfg)
@@ -87,7 +86,7 @@ func run(examples string) error {
 	return nil
 }
 
-func apply(ctx context.Context, dyn dynamic.Interface, w *warnings, d manifest.Document) {
+func apply(ctx context.Context, dyn dynamic.Interface, w *framework.Warnings, d manifest.Document) {
 	if d.Object == nil {
 		return
 	}
@@ -98,7 +97,7 @@ func apply(ctx context.Context, dyn dynamic.Interface, w *warnings, d manifest.D
 		return
 	}
 	gvr := schema.GroupVersionResource{Group: d.GVK.Group, Version: d.GVK.Version, Resource: strings.ToLower(d.GVK.Kind) + "s"}
-	w.reset()
+	w.Take()
 	created, err := dyn.Resource(gvr).Namespace(namespaceOf(d)).Create(ctx, u, metav1.CreateOptions{})
 	what := fmt.Sprintf("%s %s/%s", d.GVK.Kind, namespaceOf(d), d.Meta.Name)
 	switch {
@@ -110,7 +109,7 @@ func apply(ctx context.Context, dyn dynamic.Interface, w *warnings, d manifest.D
 	default:
 		fmt.Printf("STORED   %s\n", what)
 	}
-	for _, msg := range w.take() {
+	for _, msg := range w.Take() {
 		fmt.Printf("         warning: %s\n", msg)
 	}
 	fmt.Println()
@@ -159,26 +158,4 @@ func namespaceOf(d manifest.Document) string {
 
 func indent(s string) string {
 	return "         " + strings.ReplaceAll(s, "\n", "\n         ")
-}
-
-// warnings collects the admission warnings of one request.
-type warnings struct {
-	mu   sync.Mutex
-	seen []string
-}
-
-func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.seen = append(w.seen, text)
-}
-
-func (w *warnings) reset() { w.take() }
-
-func (w *warnings) take() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := w.seen
-	w.seen = nil
-	return out
 }
