@@ -2,12 +2,21 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/gpuguard/gpuguard/internal/testcerts"
 )
 
 // The CLI tests run the built binary, as scripts and CI pipelines do.
@@ -266,4 +275,86 @@ func TestRenderCEL(t *testing.T) {
 	if r := gpuguard(t, "", "render-cel", "--policy", bad); r.code != 2 || !strings.Contains(r.stderr, "bad.yaml:4: spec.gpuResources[0]") {
 		t.Errorf("a bad policy: exit %d, stderr %q", r.code, r.stderr)
 	}
+}
+
+// TestWebhookStandalone runs `gpuguard webhook --policy-file` as a process with real
+// certificates and posts a review over TLS.
+func TestWebhookStandalone(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := testcerts.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.WriteServing(dir); err != nil {
+		t.Fatal(err)
+	}
+	port, probe := freePort(t), freePort(t)
+	cmd := exec.Command(binary, "webhook", "--policy-file", "--cert-dir", dir, "--host", "127.0.0.1",
+		"--port", strconv.Itoa(port), "--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(probe))
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("the webhook did not exit cleanly on SIGTERM: %v", err)
+			}
+		case <-time.After(90 * time.Second):
+			t.Error("the webhook did not exit on SIGTERM")
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready within 30s:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval of the readiness wait
+	}
+	review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u1",
+"kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},
+"namespace":"team-a","operation":"CREATE","userInfo":{},"object":` + podJSON + `}}`
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	resp, err := client.Post(fmt.Sprintf("https://localhost:%d/mutate", port), "application/json", strings.NewReader(review))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Response struct {
+			UID     string `json:"uid"`
+			Allowed bool   `json:"allowed"`
+			Patch   []byte `json:"patch"`
+		} `json:"response"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Response.UID != "u1" || !out.Response.Allowed || !strings.Contains(string(out.Response.Patch), `"value":"void"`) {
+		t.Errorf("want the void injection, got %+v (patch %s)", out.Response, out.Response.Patch)
+	}
+}
+
+const podJSON = `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"team-a"},"spec":{"containers":[{"name":"app","image":"busybox"}]}}`
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
