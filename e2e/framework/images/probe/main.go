@@ -1,0 +1,53 @@
+// Command probe is the node suite's test workload: it reports what the
+// container was given, i.e. what a CUDA program in it could open. Its image
+// carries ENV NVIDIA_VISIBLE_DEVICES=all, as CUDA base images do.
+//
+// It prints its whole environment to its log and writes a JSON report to
+// /dev/termination-log, which the kubelet copies into the pod's status: the
+// NVIDIA_* variables, the entries under /var/run/nvidia-container-devices
+// (the volume-mounts device list) and the /dev/nvidia* nodes it can see.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// report is what the suite reads back; keep in step with framework.ProbeReport.
+type report struct {
+	Env             map[string]string `json:"env"`
+	DeviceListFiles []string          `json:"deviceListFiles"`
+	Devices         []string          `json:"devices"`
+}
+
+func main() {
+	env := os.Environ()
+	sort.Strings(env)
+	r := report{Env: map[string]string{}}
+	for _, kv := range env {
+		fmt.Println(kv)
+		if k, v, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "NVIDIA_") {
+			r.Env[k] = v
+		}
+	}
+	r.DeviceListFiles = list("/var/run/nvidia-container-devices/*")
+	r.Devices = list("/dev/nvidia*")
+	out, _ := json.Marshal(r)
+	fmt.Println(string(out))
+	if err := os.WriteFile("/dev/termination-log", out, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "writing the termination log:", err)
+		os.Exit(1)
+	}
+}
+
+func list(pattern string) []string {
+	paths, _ := filepath.Glob(pattern)
+	if paths == nil {
+		return []string{}
+	}
+	return paths
+}

@@ -1,0 +1,346 @@
+package framework
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// NodeBinaries are the node stack's programs, built by hack/build-node.sh
+// into the assets directory (runc comes from the system).
+var NodeBinaries = []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "nvidia-container-runtime"}
+
+// Node is a real node on this machine: containerd with the NVIDIA Container
+// Runtime, a kubelet registered with the control plane, fake GPUs, and
+// gpuguard's agent serving them as a device plugin. Everything lives under
+// Root, a temporary directory.
+type Node struct {
+	Name string
+	Root string
+	GPUs []FakeGPU
+
+	cp       *ControlPlane
+	repoRoot string
+	assets   string
+	// ToolkitVersion is given to the agent, which cannot run nvidia-ctk here.
+	toolkitVersion string
+	// restrictOOMScoreAdj is set where this process cannot lower
+	// oom_score_adj (no CAP_SYS_RESOURCE, as in unprivileged containers).
+	restrictOOMScoreAdj bool
+	// createdHostKubeletDir: /var/lib/kubelet did not exist before the node.
+	createdHostKubeletDir bool
+
+	kubeletPort, kubeletHealthzPort, agentMetricsPort int
+	agentBinary                                       string
+	kubeconfig                                        string
+	profile                                           *NodeProfile
+
+	containerd, kubelet, agent *daemon
+}
+
+// NodeOptions say where things are.
+type NodeOptions struct {
+	Name           string
+	RepoRoot       string
+	Assets         string // hack/build-node.sh's output, _output/bin
+	ToolkitVersion string
+}
+
+// NodeReadiness says why this machine cannot run a node, or nil.
+func NodeReadiness() error {
+	if os.Geteuid() != 0 {
+		return errors.New("not root (containerd, runc and mknod need it)")
+	}
+	dir, err := os.MkdirTemp("", "gpuguard-mknod-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := MknodAllowed(dir); err != nil {
+		return fmt.Errorf("mknod is not allowed here: %v", err)
+	}
+	return otherKubelet()
+}
+
+// CheckNodeBinaries fails when a program of the node stack is missing.
+func CheckNodeBinaries(assets string) error {
+	for _, b := range NodeBinaries {
+		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
+			return fmt.Errorf("%s not found in %s: run hack/build-node.sh (make e2e does)", b, assets)
+		}
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		return errors.New("runc not found: hack/build-node.sh installs it from Debian's packages")
+	}
+	return nil
+}
+
+// StartNode prepares the fake GPUs and the images and starts containerd and
+// the kubelet. The agent starts with the first Apply.
+func StartNode(ctx context.Context, cp *ControlPlane, opts NodeOptions) (*Node, error) {
+	root, err := os.MkdirTemp("", "gpuguard-node-")
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{Name: opts.Name, Root: root, cp: cp, repoRoot: opts.RepoRoot, assets: opts.Assets,
+		toolkitVersion: opts.ToolkitVersion, restrictOOMScoreAdj: !HasCapability(capSysResource)}
+	if err := n.start(ctx); err != nil {
+		return nil, errors.Join(err, n.Stop(context.Background()))
+	}
+	return n, nil
+}
+
+func (n *Node) start(ctx context.Context) error {
+	for _, p := range []*int{&n.kubeletPort, &n.kubeletHealthzPort, &n.agentMetricsPort} {
+		port, err := FreePort()
+		if err != nil {
+			return err
+		}
+		*p = port
+	}
+	if err := os.MkdirAll(filepath.Join(n.Root, "log"), 0o755); err != nil {
+		return err
+	}
+	var err error
+	if n.agentBinary, err = BuildAgent(n.repoRoot, n.Root); err != nil {
+		return err
+	}
+	if err := n.claimDevicePluginDir(); err != nil {
+		return err
+	}
+	gpus, err := MockGPUs(ctx, n.agentBinary, n.Name, n.DevicePluginDir())
+	if err != nil {
+		return err
+	}
+	if n.GPUs, err = MakeFakeGPUs(filepath.Join(n.Root, "dev"), gpus); err != nil {
+		return err
+	}
+	if err := WriteCDISpec(n.cdiDir(), filepath.Join(n.Root, "dev"), n.GPUs); err != nil {
+		return err
+	}
+	images, err := BuildImages(n.repoRoot, n.Root)
+	if err != nil {
+		return err
+	}
+	n.profile = &NodeProfile{Strategy: "envvar"}
+	if err := n.writeConfigs(*n.profile); err != nil {
+		return err
+	}
+	if err := n.startContainerd(ctx); err != nil {
+		return err
+	}
+	if err := n.importImages(ctx, images); err != nil {
+		return err
+	}
+	return n.StartKubelet(ctx)
+}
+
+func (n *Node) cdiDir() string { return filepath.Join(n.Root, "cdi") }
+func (n *Node) toolkitConfigPath() string {
+	return filepath.Join(n.Root, "etc", "nvidia-container-runtime", "config.toml")
+}
+func (n *Node) containerdConfigPath() string {
+	return filepath.Join(n.Root, "etc", "containerd", "config.toml")
+}
+
+// ContainerdSocket is containerd's CRI and API endpoint.
+func (n *Node) ContainerdSocket() string { return filepath.Join(n.Root, "run", "containerd.sock") }
+
+// hostKubeletDir holds the kubelet's device plugin directory whatever its
+// --root-dir: the kubelet's registration socket path is a constant of the
+// device plugin API. So the node shares it with the host, and only one node
+// (and no other kubelet) can run on a machine.
+const hostKubeletDir = "/var/lib/kubelet"
+
+// DevicePluginDir is the kubelet's device plugin directory.
+func (n *Node) DevicePluginDir() string { return filepath.Join(hostKubeletDir, "device-plugins") }
+
+// claimDevicePluginDir makes sure no other kubelet serves the device plugin
+// directory and remembers what to clean up.
+func (n *Node) claimDevicePluginDir() error {
+	if err := otherKubelet(); err != nil {
+		return err
+	}
+	if _, err := os.Stat(hostKubeletDir); os.IsNotExist(err) {
+		n.createdHostKubeletDir = true
+	}
+	return os.MkdirAll(n.DevicePluginDir(), 0o755)
+}
+
+// otherKubelet fails when a kubelet listens on the device plugin socket.
+func otherKubelet() error {
+	sock := filepath.Join(hostKubeletDir, "device-plugins", "kubelet.sock")
+	if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("a kubelet already serves %s on this machine", sock)
+	}
+	return nil
+}
+
+// releaseDevicePluginDir removes what the node left in the host's kubelet
+// directory: all of it when the node created it, else the node's sockets
+// and the device checkpoint.
+func (n *Node) releaseDevicePluginDir() error {
+	if n.createdHostKubeletDir {
+		return os.RemoveAll(hostKubeletDir)
+	}
+	leftovers, _ := filepath.Glob(filepath.Join(n.DevicePluginDir(), "gpuguard-*.sock"))
+	leftovers = append(leftovers, filepath.Join(n.DevicePluginDir(), "kubelet.sock"), filepath.Join(n.DevicePluginDir(), "kubelet_internal_checkpoint"))
+	for _, f := range leftovers {
+		_ = os.Remove(f)
+	}
+	return nil
+}
+
+// Logs are the paths of the node's logs, for failure messages.
+func (n *Node) Logs() []string {
+	logs, _ := filepath.Glob(filepath.Join(n.Root, "log", "*.log"))
+	return logs
+}
+
+// LogTails is the end of every node log, for failure messages.
+func (n *Node) LogTails() string {
+	var b strings.Builder
+	for _, l := range n.Logs() {
+		fmt.Fprintf(&b, "==> %s <==\n%s\n", filepath.Base(l), Tail(l))
+	}
+	return b.String()
+}
+
+func (n *Node) writeConfigs(p NodeProfile) error {
+	if err := writeFile(n.toolkitConfigPath(), n.toolkitConfig(p)); err != nil {
+		return err
+	}
+	return writeFile(n.containerdConfigPath(), n.containerdConfig(p))
+}
+
+// Apply configures the node for a scenario: it rewrites the toolkit's and
+// containerd's configs, restarts containerd when its config changed, and
+// restarts the agent with the profile's strategy, waiting until the kubelet
+// can allocate GPUs again.
+func (n *Node) Apply(ctx context.Context, p NodeProfile) error {
+	restartContainerd := n.profile.containerdKey() != p.containerdKey()
+	if err := n.writeConfigs(p); err != nil {
+		return err
+	}
+	if restartContainerd {
+		if err := n.containerd.stop(30 * time.Second); err != nil {
+			return err
+		}
+		if err := n.startContainerd(ctx); err != nil {
+			return err
+		}
+	}
+	before := n.registrations()
+	if err := n.agent.stop(30 * time.Second); err != nil {
+		return err
+	}
+	if err := n.startAgent(p.Strategy); err != nil {
+		return err
+	}
+	n.profile = &p
+	return n.waitRegistered(ctx, before)
+}
+
+// Profile is the configuration the node runs with.
+func (n *Node) Profile() NodeProfile { return *n.profile }
+
+func (n *Node) startContainerd(ctx context.Context) error {
+	env := []string{
+		// The runtime reads its config from here rather than from /etc.
+		"NVIDIA_CTK_CONFIG_FILE_PATH=" + n.toolkitConfigPath(),
+		// containerd finds its shim, and the runtime finds runc, on PATH.
+		"PATH=" + n.assets + ":" + os.Getenv("PATH"),
+	}
+	var err error
+	n.containerd, err = startDaemon("containerd", filepath.Join(n.Root, "log"), env,
+		filepath.Join(n.assets, "containerd"), "--config", n.containerdConfigPath())
+	if err != nil {
+		return err
+	}
+	return Poll(ctx, time.Minute, func() (bool, error) {
+		if err := n.containerd.exited(); err != nil {
+			return false, err
+		}
+		return n.ctr(ctx, "version") == nil, nil
+	})
+}
+
+// ctr runs containerd's client against the node's containerd.
+func (n *Node) ctr(ctx context.Context, args ...string) error {
+	_, err := n.ctrOutput(ctx, args...)
+	return err
+}
+
+func (n *Node) ctrOutput(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	full := append([]string{"--address", n.ContainerdSocket(), "--namespace", "k8s.io"}, args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(n.assets, "ctr"), full...)
+	// Only stdout is the answer: ctr also logs warnings (cgroup v1).
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("ctr %s: %w\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	return string(out), nil
+}
+
+// importImages loads the test images, unpacked for the CRI's snapshotter.
+func (n *Node) importImages(ctx context.Context, tarball string) error {
+	return n.ctr(ctx, "images", "import", "--snapshotter", "native", tarball)
+}
+
+// Stop deletes the node's pods, stops its processes and removes its root.
+func (n *Node) Stop(ctx context.Context) error {
+	var errs []error
+	if n.kubelet != nil && n.containerd != nil {
+		errs = append(errs, n.drain(ctx))
+	}
+	for _, d := range []*daemon{n.agent, n.kubelet, n.containerd} {
+		errs = append(errs, d.stop(30*time.Second))
+	}
+	killShims(n.Root)
+	unmountUnder(n.Root)
+	errs = append(errs, os.RemoveAll(n.Root), n.releaseDevicePluginDir())
+	return errors.Join(errs...)
+}
+
+// drain deletes every pod of the node and waits until containerd runs no
+// more containers, so that no shim outlives the suite.
+func (n *Node) drain(ctx context.Context) error {
+	if err := n.DeleteAllPods(ctx); err != nil {
+		return err
+	}
+	return Poll(ctx, 2*time.Minute, func() (bool, error) {
+		out, err := n.ctrOutput(ctx, "tasks", "ls", "-q")
+		return err == nil && strings.TrimSpace(out) == "", nil
+	})
+}
+
+// capSysResource is CAP_SYS_RESOURCE's bit in the capability sets.
+const capSysResource = 24
+
+// HasCapability reports whether capability bit is in this process's
+// effective set (/proc/self/status, CapEff).
+func HasCapability(bit uint) bool {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if hex, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			v, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+			return err == nil && v&(1<<bit) != 0
+		}
+	}
+	return false
+}

@@ -1,0 +1,104 @@
+package framework
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// BuildAgent builds gpuguard-agent (cgo, for NVML) into outDir.
+func BuildAgent(repoRoot, outDir string) (string, error) {
+	bin := filepath.Join(outDir, "gpuguard-agent")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/gpuguard-agent")
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building gpuguard-agent: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// startAgent runs the agent on the mock GPUs with its device plugin on,
+// reading the node's own toolkit and containerd configs, and naming
+// devices from the harness's CDI spec (the toolkit's kind) for CDI
+// strategies.
+func (n *Node) startAgent(strategy string) error {
+	var err error
+	n.agent, err = startDaemon("gpuguard-agent", filepath.Join(n.Root, "log"), nil, n.agentBinary,
+		"--backend", "mock:"+MockSystem, "--node-name", n.Name, "--device-plugin", "on",
+		"--device-plugin-dir", n.DevicePluginDir(), "--device-list-strategy", strategy,
+		"--cdi-spec", "toolkit", "--toolkit-config", n.toolkitConfigPath(),
+		"--containerd-config", n.containerdConfigPath(), "--toolkit-version", n.toolkitVersion,
+		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", n.agentMetricsPort), "--retry-interval", "2s")
+	return err
+}
+
+// registrations counts the agent's successful registrations so far.
+func (n *Node) registrations() int {
+	if n.agent == nil {
+		return 0
+	}
+	data, _ := os.ReadFile(n.agent.Log)
+	return strings.Count(string(data), "registered with the kubelet")
+}
+
+// waitRegistered waits until the agent has registered again since before
+// registrations, then until the kubelet offers every GPU.
+func (n *Node) waitRegistered(ctx context.Context, before int) error {
+	err := Poll(ctx, 2*time.Minute, func() (bool, error) {
+		if err := n.agent.exited(); err != nil {
+			return false, err
+		}
+		return n.registrations() > before, nil
+	})
+	if err != nil {
+		return fmt.Errorf("agent registration: %w\n%s", err, Tail(n.agent.Log))
+	}
+	return n.waitAllocatable(ctx, time.Now())
+}
+
+// AgentMetrics returns the agent's metrics: sample name with labels, as
+// exposed, to value.
+func (n *Node) AgentMetrics(ctx context.Context) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", n.agentMetricsPort), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return parseMetrics(resp.Body)
+}
+
+// parseMetrics reads the Prometheus text format's samples.
+func parseMetrics(r io.Reader) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:i]] = v
+	}
+	return out, sc.Err()
+}

@@ -1,0 +1,177 @@
+package framework
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+// NodeProfile is how a scenario wants the node configured: the NVIDIA
+// Container Toolkit, containerd, and the agent's device-list strategy.
+type NodeProfile struct {
+	// Hardened turns the toolkit to the configuration gpuguard asks for:
+	// the env var is ignored in unprivileged containers and volume-mount
+	// device lists are accepted. Otherwise the toolkit keeps its defaults.
+	Hardened bool
+	// RuncDefault makes plain runc containerd's default handler; otherwise
+	// the NVIDIA runtime is the default, as on a typical GPU cluster.
+	RuncDefault bool
+	// PodAnnotations are passed from pods to the NVIDIA handler's OCI spec
+	// (containerd's pod_annotations), e.g. "cdi.k8s.io/*".
+	PodAnnotations []string
+	// Strategy is the agent's --device-list-strategy.
+	Strategy string
+}
+
+// String names the profile in logs and tables.
+func (p NodeProfile) String() string {
+	s := "toolkit defaults"
+	if p.Hardened {
+		s = "hardened toolkit"
+	}
+	if len(p.PodAnnotations) > 0 {
+		s += ", pod_annotations " + strings.Join(p.PodAnnotations, ",")
+	}
+	return s + ", agent " + p.Strategy
+}
+
+// containerdKey is what a containerd restart depends on.
+func (p NodeProfile) containerdKey() string {
+	return fmt.Sprint(p.RuncDefault, p.PodAnnotations)
+}
+
+// toolkitConfig is the NVIDIA Container Toolkit's config.toml. The runtime
+// reads it on every container start, so writing it takes effect at once.
+func (n *Node) toolkitConfig(p NodeProfile) string {
+	return fmt.Sprintf(`# NVIDIA Container Toolkit configuration of the node suite.
+accept-nvidia-visible-devices-envvar-when-unprivileged = %t
+accept-nvidia-visible-devices-as-volume-mounts = %t
+
+[nvidia-container-cli]
+ldconfig = "@/sbin/ldconfig"
+
+[nvidia-container-runtime]
+debug = %q
+log-level = "info"
+# cdi: devices come only from CDI specs, so fake device nodes are enough;
+# jit-cdi and legacy need a real NVML library.
+mode = "cdi"
+runtimes = ["runc"]
+
+[nvidia-container-runtime.modes.cdi]
+default-kind = %q
+annotation-prefixes = ["cdi.k8s.io/"]
+spec-dirs = [%q]
+`, !p.Hardened, p.Hardened, filepath.Join(n.Root, "log", "nvidia-container-runtime.log"), CDIKind, n.cdiDir())
+}
+
+// containerdConfig is containerd's config.toml: everything under the node's
+// root, CDI on and pointed at the fake GPUs' spec, the NVIDIA runtime as
+// handler "nvidia".
+func (n *Node) containerdConfig(p NodeProfile) string {
+	defaultRuntime := "nvidia"
+	if p.RuncDefault {
+		defaultRuntime = "runc"
+	}
+	quoted := make([]string, len(p.PodAnnotations))
+	for i, a := range p.PodAnnotations {
+		quoted[i] = fmt.Sprintf("%q", a)
+	}
+	const rt = "plugins.'io.containerd.cri.v1.runtime'"
+	return fmt.Sprintf(`version = 3
+root = %[1]q
+state = %[2]q
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+address = %[3]q
+
+[ttrpc]
+address = "%[3]s.ttrpc"
+
+[plugins.'io.containerd.internal.v1.opt']
+path = %[4]q
+
+[plugins.'io.containerd.nri.v1.nri']
+disable = true
+
+[plugins.'io.containerd.cri.v1.images']
+# native: no overlay mounts, whatever file system the temporary root is on.
+snapshotter = "native"
+
+# ctr's image import unpacks through the transfer service, which must know it.
+[[plugins.'io.containerd.transfer.v1.local'.unpack_config]]
+platform = "linux/%[13]s"
+snapshotter = "native"
+
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+sandbox = %[5]q
+
+[%[6]s]
+enable_cdi = true
+cdi_spec_dirs = [%[7]q]
+restrict_oom_score_adj = %[8]t
+
+[%[6]s.cni]
+conf_dir = %[9]q
+bin_dirs = [%[9]q]
+
+[%[6]s.containerd]
+default_runtime_name = %[10]q
+
+[%[6]s.containerd.runtimes.runc]
+runtime_type = "io.containerd.runc.v2"
+
+[%[6]s.containerd.runtimes.nvidia]
+runtime_type = "io.containerd.runc.v2"
+pod_annotations = [%[11]s]
+
+[%[6]s.containerd.runtimes.nvidia.options]
+BinaryName = %[12]q
+`, filepath.Join(n.Root, "containerd", "root"), filepath.Join(n.Root, "containerd", "state"), n.ContainerdSocket(),
+		filepath.Join(n.Root, "containerd", "opt"), PauseImage, rt, n.cdiDir(), n.restrictOOMScoreAdj,
+		filepath.Join(n.Root, "cni"), defaultRuntime, strings.Join(quoted, ", "),
+		filepath.Join(n.assets, "nvidia-container-runtime"), runtime.GOARCH)
+}
+
+// kubeletConfig is the KubeletConfiguration for a node without systemd,
+// swap accounting, QoS cgroups or CNI, on cgroup v1 or v2.
+func (n *Node) kubeletConfig() string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://%s
+podLogsDir: %s
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+failCgroupV1: false
+address: 127.0.0.1
+port: %d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %d
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+resolvConf: ""
+# Report status often: the suite waits on the node's allocatable GPUs.
+nodeStatusUpdateFrequency: 2s
+nodeStatusReportFrequency: 2s
+# A shared test machine's disk must not evict the suite's pods or images.
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+localStorageCapacityIsolation: false
+`, n.ContainerdSocket(), filepath.Join(n.Root, "pod-logs"), n.kubeletPort, n.kubeletHealthzPort)
+}
+
+func writeFile(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(content), 0o644)
+}

@@ -1,0 +1,120 @@
+package framework
+
+import (
+	"archive/tar"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// Images the node runs. They are built locally and imported into containerd;
+// pods use imagePullPolicy: Never, so nothing is pulled.
+const (
+	// PauseImage is the sandbox image named in the containerd config.
+	PauseImage = "registry.k8s.io/pause:3.10.1"
+	// ProbeImage reports what its container was given (images/probe).
+	ProbeImage = "gpuguard.test/probe:e2e"
+)
+
+// testImage is a single-binary image built from a Go program of this module.
+type testImage struct {
+	ref    string
+	pkg    string // Go package of the program, relative to the repository
+	binary string // path of the program in the image
+	env    []string
+}
+
+func testImages() []testImage {
+	return []testImage{
+		{ref: PauseImage, pkg: "./e2e/framework/images/pause", binary: "/pause"},
+		// The probe carries the variables of a CUDA base image: without
+		// anything else, the NVIDIA runtime gives such a container every GPU.
+		{ref: ProbeImage, pkg: "./e2e/framework/images/probe", binary: "/probe",
+			env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}},
+	}
+}
+
+// BuildImages builds the test images into one docker-archive tarball in dir,
+// ready for `ctr images import`.
+func BuildImages(repoRoot, dir string) (string, error) {
+	refs := map[name.Reference]v1.Image{}
+	for _, ti := range testImages() {
+		img, err := ti.build(repoRoot, dir)
+		if err != nil {
+			return "", fmt.Errorf("image %s: %w", ti.ref, err)
+		}
+		ref, err := name.ParseReference(ti.ref)
+		if err != nil {
+			return "", err
+		}
+		refs[ref] = img
+	}
+	path := filepath.Join(dir, "images.tar")
+	return path, tarball.MultiRefWriteToFile(path, refs)
+}
+
+func (ti testImage) build(repoRoot, dir string) (v1.Image, error) {
+	bin := filepath.Join(dir, filepath.Base(ti.pkg))
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, ti.pkg)
+	cmd.Dir = repoRoot
+	// Static, so the image needs no libc.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build %s: %w\n%s", ti.pkg, err, out)
+	}
+	layer, err := binaryLayer(bin, ti.binary)
+	if err != nil {
+		return nil, err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	// Without OS and architecture `ctr images import` drops the image as
+	// not matching the platform.
+	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	cf.Config.Entrypoint = []string{ti.binary}
+	cf.Config.Env = append([]string{"PATH=/"}, ti.env...)
+	return mutate.ConfigFile(img, cf)
+}
+
+// binaryLayer is a layer holding one executable at path, plus the
+// directories runc expects to mount over.
+func binaryLayer(src, path string) (v1.Layer, error) {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, d := range []string{"dev/", "proc/", "sys/", "etc/", "var/", "var/run/", "tmp/"} {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: 0o755}); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: path[1:], Mode: 0o755, Size: int64(len(data))}); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write(data); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	raw := buf.Bytes()
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil })
+}

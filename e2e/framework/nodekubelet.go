@@ -1,0 +1,83 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// StartKubelet starts the kubelet and waits until it serves and its Node
+// exists. Its root directory, and so its device plugin directory, is under
+// the node's root.
+func (n *Node) StartKubelet(ctx context.Context) error {
+	if n.kubeconfig == "" {
+		path, err := n.cp.Kubeconfig("kubelet-" + n.Name)
+		if err != nil {
+			return err
+		}
+		n.kubeconfig = path
+	}
+	config := filepath.Join(n.Root, "etc", "kubelet", "config.yaml")
+	if err := writeFile(config, n.kubeletConfig()); err != nil {
+		return err
+	}
+	var err error
+	n.kubelet, err = startDaemon("kubelet", filepath.Join(n.Root, "log"), nil, filepath.Join(n.assets, "kubelet"),
+		"--config", config, "--kubeconfig", n.kubeconfig, "--root-dir", filepath.Join(n.Root, "kubelet"),
+		"--cert-dir", filepath.Join(n.Root, "kubelet-pki"), "--hostname-override", n.Name, "--v", "2")
+	if err != nil {
+		return err
+	}
+	return Poll(ctx, 2*time.Minute, func() (bool, error) {
+		if err := n.kubelet.exited(); err != nil {
+			return false, err
+		}
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", n.kubeletHealthzPort))
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		_, err = n.cp.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		return resp.StatusCode == http.StatusOK && err == nil, nil
+	})
+}
+
+// RestartKubelet stops the kubelet and starts it again, as an upgrade or a
+// crash would; the agent must notice and register again.
+func (n *Node) RestartKubelet(ctx context.Context) error {
+	before := n.registrations()
+	if err := n.kubelet.stop(30 * time.Second); err != nil {
+		return err
+	}
+	if err := n.StartKubelet(ctx); err != nil {
+		return err
+	}
+	return n.waitRegistered(ctx, before)
+}
+
+// waitAllocatable waits for a node status reported after since that offers
+// every GPU: a status from before could predate a plugin restart.
+func (n *Node) waitAllocatable(ctx context.Context, since time.Time) error {
+	return Poll(ctx, time.Minute, func() (bool, error) {
+		node, err := n.cp.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		gpus := node.Status.Allocatable["nvidia.com/gpu"]
+		return gpus.Value() == int64(len(n.GPUs)) && reportedAfter(node, since), nil
+	})
+}
+
+func reportedAfter(node *corev1.Node, since time.Time) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.LastHeartbeatTime.After(since)
+		}
+	}
+	return false
+}

@@ -1,0 +1,150 @@
+//go:build e2e
+
+package node
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
+)
+
+const gpuResource = "nvidia.com/gpu"
+
+var podSeq atomic.Int32
+
+// probePod is a probe pod with a unique name.
+func probePod(prefix string) *corev1.Pod {
+	return s.node.ProbePod(fmt.Sprintf("%s-%d", prefix, podSeq.Add(1)))
+}
+
+// gpuPod is a probe pod requesting one GPU.
+func gpuPod(prefix string) *corev1.Pod {
+	p := probePod(prefix)
+	one := resource.MustParse("1")
+	p.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{gpuResource: one}, Requests: corev1.ResourceList{gpuResource: one}}
+	return p
+}
+
+func withEnv(p *corev1.Pod, name, value string) *corev1.Pod {
+	c := &p.Spec.Containers[0]
+	c.Env = append(c.Env, corev1.EnvVar{Name: name, Value: value})
+	return p
+}
+
+func withAnnotation(p *corev1.Pod, key, value string) *corev1.Pod {
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[key] = value
+	return p
+}
+
+// probe runs a pod to completion and returns what its container saw and
+// the pod as stored; the pod is deleted afterwards.
+func probe(t *testing.T, ns string, p *corev1.Pod) (framework.ProbeReport, *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	report, done, err := s.node.RunProbe(ctx, ns, p)
+	if done != nil || err == nil {
+		t.Cleanup(func() { _ = s.node.DeletePod(ctx, ns, p.Name) })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s/%s saw GPUs %v, NVIDIA_VISIBLE_DEVICES=%q, device list %v", ns, p.Name, report.GPUs(), report.Env["NVIDIA_VISIBLE_DEVICES"], report.DeviceListFiles)
+	return report, done
+}
+
+// allGPUs are the container paths of every fake GPU.
+func allGPUs() []string {
+	var out []string
+	for _, g := range s.node.GPUs {
+		out = append(out, g.Container)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func expectGPUs(t *testing.T, got framework.ProbeReport, want []string) {
+	t.Helper()
+	if !slices.Equal(got.GPUs(), want) {
+		t.Errorf("the container saw GPUs %v, want %v (devices %v, env %v)", got.GPUs(), want, got.Devices, got.Env)
+	}
+}
+
+// expectAllocatedOnly checks that a one-GPU pod saw exactly the device the
+// kubelet allocated to it, and returns that device.
+func expectAllocatedOnly(t *testing.T, report framework.ProbeReport, pod *corev1.Pod) framework.FakeGPU {
+	t.Helper()
+	ids, err := s.node.AllocatedDevices(string(pod.UID), pod.Spec.Containers[0].Name, gpuResource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 1 {
+		t.Fatalf("the kubelet allocated %v to %s, want one device", ids, pod.Name)
+	}
+	g, ok := s.node.GPUByID(ids[0])
+	if !ok {
+		t.Fatalf("allocated device %q is none of the node's GPUs", ids[0])
+	}
+	expectGPUs(t, report, []string{g.Container})
+	return g
+}
+
+// lastEnv is the effective value of a variable in a stored container spec.
+func lastEnv(c corev1.Container, name string) string {
+	v := "<unset>"
+	for _, e := range c.Env {
+		if e.Name == name {
+			v = e.Value
+		}
+	}
+	return v
+}
+
+var deniedRule = regexp.MustCompile(`\[([a-z-]+)\]: `)
+
+// expectDenied fails unless err is a gpuguard denial naming rule.
+func expectDenied(t *testing.T, err error, rule string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("admitted, want a gpuguard denial by %s", rule)
+	}
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "gpuguard denied") {
+		t.Fatalf("want a gpuguard denial (403), got: %v", err)
+	}
+	for _, m := range deniedRule.FindAllStringSubmatch(err.Error(), -1) {
+		if m[1] == rule {
+			return
+		}
+	}
+	t.Errorf("denial does not name rule %s: %v", rule, err)
+}
+
+// create tries to create a pod and deletes it if it was admitted.
+func create(t *testing.T, ns string, p *corev1.Pod) error {
+	t.Helper()
+	_, _, err := s.node.RunProbe(context.Background(), ns, p)
+	if err == nil || !apierrors.IsForbidden(err) {
+		_ = s.node.DeletePod(context.Background(), ns, p.Name)
+	}
+	return err
+}
+
+func apply(t *testing.T, p framework.NodeProfile) {
+	t.Helper()
+	if err := s.node.Apply(context.Background(), p); err != nil {
+		t.Fatalf("configuring the node (%s): %v\n%s", p, err, s.node.LogTails())
+	}
+}

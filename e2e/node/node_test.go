@@ -1,0 +1,201 @@
+//go:build e2e
+
+package node
+
+import (
+	"context"
+	"os"
+	"path"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
+)
+
+// The node configurations of the scenarios. "Typical" is a GPU cluster as
+// commonly set up: the NVIDIA runtime is containerd's default handler and
+// the toolkit keeps its defaults.
+var (
+	typical       = framework.NodeProfile{Strategy: "envvar"}
+	hardenedMount = framework.NodeProfile{Hardened: true, Strategy: "volume-mounts"}
+	hardenedCDIAn = framework.NodeProfile{Hardened: true, Strategy: "cdi-annotations"}
+	hardenedCDI   = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri"}
+	passthrough   = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri", PodAnnotations: []string{"cdi.k8s.io/*"}}
+)
+
+const defaultPolicy = `apiVersion: gpuguard.io/v1alpha1
+kind: GPUGuardPolicy
+spec: {}
+`
+
+// cdiAllAnnotation asks for every GPU through CDI.
+const cdiAllAnnotation, cdiAll = "cdi.k8s.io/probe", framework.CDIKind + "=all"
+
+// TestNode runs the scenarios in order: the node's configuration and
+// gpuguard's installation carry from one to the next.
+func TestNode(t *testing.T) {
+	t.Run("typical node", func(t *testing.T) {
+		apply(t, typical)
+		t.Run("without gpuguard a pod without GPUs sees every GPU", testLeak)
+		installGPUGuard(t)
+		t.Run("with gpuguard the same pod sees none", testLeakClosed)
+		t.Run("with gpuguard NVIDIA_VISIBLE_DEVICES=all is denied", testEnvAllDenied)
+		t.Run("envvar: a GPU pod sees its device only", testAllocation)
+		t.Run("widening a GPU pod's allocation is denied", testWideningDenied)
+		t.Run("hardening report says not hardened", testReportNotHardened)
+	})
+	t.Run("hardened node", func(t *testing.T) {
+		apply(t, hardenedMount)
+		t.Run("volume-mounts: a GPU pod sees its device only", testVolumeMountAllocation)
+		t.Run("env alone grants nothing, even without admission", testHardenedEnvIgnored)
+		t.Run("a CDI pod annotation grants nothing without passthrough", testAnnotationNotPassed)
+		t.Run("hardening report says hardened", testReportHardened)
+		apply(t, hardenedCDIAn)
+		t.Run("cdi-annotations: a GPU pod sees its device only", testAllocation)
+		apply(t, hardenedCDI)
+		t.Run("cdi-cri: a GPU pod sees its device only", testAllocation)
+		t.Run("after a kubelet restart the agent registers again", testKubeletRestart)
+	})
+	t.Run("node passing cdi.k8s.io pod annotations to the runtime", func(t *testing.T) {
+		apply(t, passthrough)
+		t.Run("without gpuguard a CDI pod annotation grants every GPU", testAnnotationPassed)
+		t.Run("with gpuguard it is denied", testAnnotationDenied)
+		t.Run("hardening report flags the passthrough", testReportPassthrough)
+	})
+}
+
+func installGPUGuard(t *testing.T) {
+	if os.Getenv(withoutGPUGuardEnv) == "1" {
+		t.Logf("%s=1: gpuguard is not installed, the scenarios that need it must fail", withoutGPUGuardEnv)
+		return
+	}
+	ctx := context.Background()
+	in, err := framework.Install(ctx, s.cp, s.root, releaseNS, defaultPolicy, exemptNS)
+	if err != nil {
+		t.Fatalf("installing gpuguard: %v", err)
+	}
+	s.in = in
+	if err := framework.WaitEnforcing(ctx, s.cp.Client, tenantNS, time.Minute); err != nil {
+		t.Fatalf("gpuguard not enforcing: %v\n%s", err, framework.Tail(in.Webhook.Log))
+	}
+}
+
+// testLeak is the baseline: the image's NVIDIA_VISIBLE_DEVICES=all reaches
+// the runtime, which gives the container every GPU of the node.
+func testLeak(t *testing.T) {
+	report, _ := probe(t, tenantNS, probePod("no-gpu"))
+	expectGPUs(t, report, allGPUs())
+}
+
+func testLeakClosed(t *testing.T) {
+	report, pod := probe(t, tenantNS, probePod("no-gpu"))
+	if v := lastEnv(pod.Spec.Containers[0], "NVIDIA_VISIBLE_DEVICES"); v != "void" {
+		t.Errorf("stored NVIDIA_VISIBLE_DEVICES is %q, want void (injected by gpuguard)", v)
+	}
+	expectGPUs(t, report, nil)
+}
+
+func testEnvAllDenied(t *testing.T) {
+	expectDenied(t, create(t, tenantNS, withEnv(probePod("env-all"), "NVIDIA_VISIBLE_DEVICES", "all")), "device-env")
+}
+
+func testAllocation(t *testing.T) {
+	report, pod := probe(t, tenantNS, gpuPod("one-gpu"))
+	expectAllocatedOnly(t, report, pod)
+}
+
+func testVolumeMountAllocation(t *testing.T) {
+	report, pod := probe(t, tenantNS, gpuPod("one-gpu"))
+	g := expectAllocatedOnly(t, report, pod)
+	want := path.Join("/var/run/nvidia-container-devices", g.UUID)
+	if len(report.DeviceListFiles) != 1 || report.DeviceListFiles[0] != want {
+		t.Errorf("device list entries %v, want [%s]", report.DeviceListFiles, want)
+	}
+}
+
+// testWideningDenied: a GPU pod may not add devices through its env, an
+// envFrom prefix, or a forged device-list mount.
+func testWideningDenied(t *testing.T) {
+	ctx := context.Background()
+	expectDenied(t, create(t, tenantNS, withEnv(gpuPod("widen-env"), "NVIDIA_VISIBLE_DEVICES", "all")), "device-env")
+
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gpus"}, Data: map[string]string{"VISIBLE_DEVICES": "all"}}
+	if _, err := s.cp.Client.CoreV1().ConfigMaps(tenantNS).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	viaPrefix := gpuPod("widen-envfrom")
+	viaPrefix.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{Prefix: "NVIDIA_",
+		ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name}}}}
+	expectDenied(t, create(t, tenantNS, viaPrefix), "envfrom-prefix")
+
+	forged := gpuPod("widen-mount")
+	file := corev1.HostPathFile
+	forged.Spec.Volumes = []corev1.Volume{{Name: "all", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev/null", Type: &file}}}}
+	forged.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "all", MountPath: "/var/run/nvidia-container-devices/all"}}
+	expectDenied(t, create(t, tenantNS, forged), "device-list-mount")
+}
+
+// testHardenedEnvIgnored: with the hardened toolkit the variable is not a
+// way to get a GPU, so even a pod admission never saw gets none.
+func testHardenedEnvIgnored(t *testing.T) {
+	report, _ := probe(t, exemptNS, withEnv(probePod("exempt-env-all"), "NVIDIA_VISIBLE_DEVICES", "all"))
+	expectGPUs(t, report, nil)
+}
+
+// testAnnotationNotPassed: the kubelet does not copy pod annotations to the
+// container, so on a default containerd they reach neither CDI nor the
+// runtime.
+func testAnnotationNotPassed(t *testing.T) {
+	report, _ := probe(t, exemptNS, withAnnotation(probePod("exempt-cdi"), cdiAllAnnotation, cdiAll))
+	expectGPUs(t, report, nil)
+}
+
+func testAnnotationPassed(t *testing.T) {
+	report, _ := probe(t, exemptNS, withAnnotation(probePod("exempt-cdi"), cdiAllAnnotation, cdiAll))
+	expectGPUs(t, report, allGPUs())
+}
+
+func testAnnotationDenied(t *testing.T) {
+	expectDenied(t, create(t, tenantNS, withAnnotation(probePod("cdi-annotation"), cdiAllAnnotation, cdiAll)), "device-annotation")
+}
+
+func testKubeletRestart(t *testing.T) {
+	if err := s.node.RestartKubelet(context.Background()); err != nil {
+		t.Fatalf("%v\n%s", err, s.node.LogTails())
+	}
+	testAllocation(t)
+}
+
+func testReportNotHardened(t *testing.T) {
+	expectReport(t, 0, map[string]string{"envvar_when_unprivileged_rejected": "fail", "nvidia_not_default_runtime": "fail"})
+}
+
+func testReportHardened(t *testing.T) {
+	expectReport(t, 1, map[string]string{"envvar_when_unprivileged_rejected": "pass", "volume_mounts_accepted": "pass",
+		"runtime_mode": "pass", "toolkit_version": "pass", "cdi_pod_annotations_not_passed": "pass"})
+}
+
+func testReportPassthrough(t *testing.T) {
+	expectReport(t, 0, map[string]string{"envvar_when_unprivileged_rejected": "pass", "cdi_pod_annotations_not_passed": "fail"})
+}
+
+// expectReport checks the agent's hardening report as exported.
+func expectReport(t *testing.T, hardened float64, checks map[string]string) {
+	t.Helper()
+	m, err := s.node.AgentMetrics(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m["gpuguard_agent_node_hardened"]; got != hardened {
+		t.Errorf("gpuguard_agent_node_hardened = %v, want %v", got, hardened)
+	}
+	for check, status := range checks {
+		key := `gpuguard_agent_node_hardening_check{check="` + check + `",status="` + status + `"}`
+		if m[key] != 1 {
+			t.Errorf("%s is not 1", key)
+		}
+	}
+}

@@ -1,0 +1,105 @@
+//go:build e2e
+
+// Package node is the node end-to-end suite: pods run through a real
+// kubelet, containerd, runc and the NVIDIA Container Runtime on fake GPUs,
+// first without gpuguard (the leak), then with it. See docs/node-e2e.md.
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
+)
+
+// Namespaces: the tenant's is guarded by the webhook; the exempt one is left
+// out of its namespaceSelector, which stands for "admission bypassed".
+const (
+	releaseNS = "gpuguard"
+	tenantNS  = "team-a"
+	exemptNS  = "kube-exempt"
+	nodeName  = "gpu-node-1"
+)
+
+// withoutGPUGuardEnv, set to 1, never installs gpuguard: the scenarios that
+// expect it then fail, which shows the suite detects the leak.
+const withoutGPUGuardEnv = "GPUGUARD_E2E_NODE_WITHOUT_GPUGUARD"
+
+var s *suite
+
+type suite struct {
+	root string
+	cp   *framework.ControlPlane
+	node *framework.Node
+	in   *framework.Installation
+}
+
+func TestMain(m *testing.M) {
+	if reason := framework.NodeReadiness(); reason != nil {
+		fmt.Printf("e2e/node: skipped: %v\n", reason)
+		os.Exit(0)
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	code := 1
+	if err == nil {
+		code, err = run(m, root)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/node:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M, root string) (int, error) {
+	assets := filepath.Join(root, "_output", "bin")
+	if err := framework.CheckNodeBinaries(assets); err != nil {
+		return 1, err
+	}
+	version, err := framework.ToolkitVersion(root)
+	if err != nil {
+		return 1, err
+	}
+	cp, err := framework.StartControlPlane(assets)
+	if err != nil {
+		return 1, err
+	}
+	defer cp.Stop()
+	ctx := context.Background()
+	for _, ns := range []string{tenantNS, exemptNS} {
+		if err := framework.EnsureNamespace(ctx, cp, ns, nil); err != nil {
+			return 1, err
+		}
+	}
+	node, err := framework.StartNode(ctx, cp, framework.NodeOptions{Name: nodeName, RepoRoot: root, Assets: assets,
+		ToolkitVersion: version})
+	if err != nil {
+		return 1, err
+	}
+	s = &suite{root: root, cp: cp, node: node}
+	stopOnSignal(node, cp)
+	code := m.Run()
+	if s.in != nil {
+		_ = s.in.Uninstall(ctx, cp)
+	}
+	return code, node.Stop(ctx)
+}
+
+// stopOnSignal stops the node and the control plane when the suite is
+// interrupted, so that no containerd, kubelet or shim outlives it.
+func stopOnSignal(node *framework.Node, cp *framework.ControlPlane) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-sig
+		fmt.Fprintln(os.Stderr, "e2e/node: interrupted, stopping the node")
+		_ = node.Stop(context.Background())
+		_ = cp.Stop()
+		os.Exit(2)
+	}()
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds the node stack the node end-to-end suite (e2e/node) runs, pinned in
+# hack/versions.env, from the Go module proxy:
+#   kubelet (through hack/build-upstream.sh, same build module as kube-apiserver),
+#   containerd, containerd-shim-runc-v2 and ctr from github.com/containerd/containerd/v2,
+#   nvidia-container-runtime from github.com/NVIDIA/nvidia-container-toolkit;
+# and installs runc from Debian's packages when it is missing (as root only).
+# Output: _output/bin, with a stamp per binary; built versions are skipped.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=hack/versions.env
+source "$root/hack/versions.env"
+bin="$root/_output/bin"
+mkdir -p "$bin"
+export GOWORK=off GOFLAGS=-mod=mod
+
+built() { [ -x "$bin/$1" ] && [ "$(cat "$bin/$1.version" 2>/dev/null)" = "$2" ]; }
+stamp() { echo "$2" > "$bin/$1.version"; echo "built $1 $2"; }
+
+KUBELET=1 bash "$root/hack/build-upstream.sh"
+
+# Neither module has replace directives, so `go install pkg@version` builds
+# each binary with exactly the dependency versions upstream released with.
+install_pkg() {
+  local name=$1 pkg=$2 version=$3 cgo=$4 tags=$5 ldflags=$6
+  built "$name" "$version" && return
+  echo "building $name $version" >&2
+  CGO_ENABLED=$cgo GOBIN="$bin" go install -trimpath -tags "$tags" -ldflags "-s -w $ldflags" "$pkg@$version"
+  stamp "$name" "$version"
+}
+
+ctrd=github.com/containerd/containerd/v2
+ctrd_ldflags="-X $ctrd/version.Version=$CONTAINERD_VERSION"
+# no_btrfs: the btrfs snapshotter needs C headers the suite has no use for.
+install_pkg containerd "$ctrd/cmd/containerd" "$CONTAINERD_VERSION" 0 no_btrfs "$ctrd_ldflags"
+install_pkg containerd-shim-runc-v2 "$ctrd/cmd/containerd-shim-runc-v2" "$CONTAINERD_VERSION" 0 no_btrfs "$ctrd_ldflags"
+install_pkg ctr "$ctrd/cmd/ctr" "$CONTAINERD_VERSION" 0 no_btrfs "$ctrd_ldflags"
+
+# The runtime is cgo (it can load NVML); in the suite's `cdi` mode it never does.
+nct=github.com/NVIDIA/nvidia-container-toolkit
+install_pkg nvidia-container-runtime "$nct/cmd/nvidia-container-runtime" "$NVIDIA_CONTAINER_TOOLKIT_VERSION" 1 "" \
+  "-X $nct/internal/info.version=${NVIDIA_CONTAINER_TOOLKIT_VERSION#v}"
+
+if ! command -v runc >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "installing runc from Debian's packages" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q runc >&2 ||
+      { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q runc >&2; }
+  else
+    echo "runc is missing and this is not root: the node suite will skip" >&2
+  fi
+fi
