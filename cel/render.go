@@ -101,74 +101,107 @@ func (r *rules) exemptions() []admissionregistrationv1.MatchCondition {
 	return conds
 }
 
-// check is one validation: a predicate of a violation over a container c, or of
-// the pod when perContainer is false.
+// check is one validation. A container rule gives a predicate over a container c
+// for those without GPUs (plain), for GPU containers (gpu), or both; a pod rule
+// gives a predicate over the object.
 type check struct {
-	rule         policy.RuleID
-	violation    string
-	perContainer bool
-	message      string // what is wrong, after "container NAME "
+	rule       policy.RuleID
+	plain, gpu string
+	pod        string
+	message    string // what is wrong, after "container NAME "
 }
 
 func (r *rules) checks() []check {
 	spec := &r.p.Spec
+	both := func(rule policy.RuleID, pred, message string) check {
+		return check{rule: rule, plain: pred, gpu: pred, message: message}
+	}
 	checks := []check{
-		{policy.RuleDeviceEnv, r.deviceEnv(), true, "sets " + strings.Join(r.deviceVars, " or ") + " to a value that grants GPUs; remove it"},
-		{policy.RuleProtectedEnv, r.protectedEnv(), true, "sets a protected NVIDIA variable the policy does not allow it; remove it"},
-		{policy.RuleEnvValueFrom, r.envValueFrom(), true, "sets a protected NVIDIA variable through valueFrom; use a literal value or remove it"},
-		{policy.RuleEnvFromPrefix, r.envFromPrefix(), true, "takes envFrom with a prefix that can form a protected NVIDIA variable"},
-		{policy.RuleDeviceListMount, r.deviceListMount(), true, "mounts a volume under the NVIDIA device-list directory; mount it elsewhere"},
-		{policy.RuleDeviceAnnotation, r.deviceAnnotation(), false, "annotation requests devices outside GPU accounting; remove it"},
-		{policy.RuleSensitiveHostPath, r.sensitiveHostPath(), false, "mounts a host path that exposes devices or the NVIDIA runtime's configuration"},
+		{rule: policy.RuleDeviceEnv, plain: r.deviceEnv(false), gpu: r.deviceEnv(true),
+			message: "sets " + strings.Join(r.deviceVars, " or ") + " to a value that grants GPUs; remove it"},
+		{rule: policy.RuleProtectedEnv, plain: r.protectedEnv(false), gpu: r.protectedEnv(true),
+			message: "sets a protected NVIDIA variable the policy does not allow it; remove it"},
+		both(policy.RuleEnvValueFrom, r.envValueFrom(), "sets a protected NVIDIA variable through valueFrom; use a literal value or remove it"),
+		both(policy.RuleEnvFromPrefix, r.envFromPrefix(), "takes envFrom with a prefix that can form a protected NVIDIA variable"),
+		both(policy.RuleDeviceListMount, r.deviceListMount(), "mounts a volume under the NVIDIA device-list directory; mount it elsewhere"),
+		{rule: policy.RuleDeviceAnnotation, pod: r.deviceAnnotation(), message: "annotation requests devices outside GPU accounting; remove it"},
+		{rule: policy.RuleSensitiveHostPath, pod: r.sensitiveHostPath(), message: "mounts a host path that exposes devices or the NVIDIA runtime's configuration"},
 	}
 	if spec.Env.UnprefixedEnvFromOnGPU == config.EnvFromDeny {
-		checks = append(checks, check{policy.RuleEnvFromUnprefixed, r.envFromUnprefixed(), true, "takes envFrom without a prefix; set a prefix"})
+		checks = append(checks, check{rule: policy.RuleEnvFromUnprefixed, gpu: r.envFromUnprefixed(), message: "takes envFrom without a prefix; set a prefix"})
 	}
 	if spec.Advisories.Privileged == config.SeverityDeny {
-		checks = append(checks, check{policy.RulePrivileged, r.privileged(), true, "is privileged or adds SYS_ADMIN; the NVIDIA runtime honours its device requests"})
+		checks = append(checks, both(policy.RulePrivileged, r.privileged(), "is privileged or adds SYS_ADMIN; the NVIDIA runtime honours its device requests"))
 	}
 	if spec.Advisories.NVIDIARuntimeClass == config.SeverityDeny {
-		checks = append(checks, check{policy.RuleNVIDIARuntimeClass, r.runtimeClass(), false, "uses an NVIDIA runtime class without a GPU limit"})
+		checks = append(checks, check{rule: policy.RuleNVIDIARuntimeClass, pod: r.runtimeClass(), message: "uses an NVIDIA runtime class without a GPU limit"})
 	}
 	if spec.InjectVoid {
-		checks = append(checks, check{policy.RuleFinalState, "!" + mirrorPod + " && (" + r.finalState() + ")", true,
-			"has no GPU limit and no NVIDIA_VISIBLE_DEVICES=void"})
+		checks = append(checks, check{rule: policy.RuleFinalState, plain: "!" + mirrorPod + " && (" + r.finalState() + ")",
+			message: "has no GPU limit and no NVIDIA_VISIBLE_DEVICES=void"})
 	}
 	return checks
 }
 
 const mirrorPod = `(has(object.metadata.annotations) && "kubernetes.io/config.mirror" in object.metadata.annotations)`
 
-// runtimeClass: an NVIDIA runtime class on a pod with no GPU container.
+// runtimeClass: an NVIDIA runtime class on a new pod with no GPU container.
 func (r *rules) runtimeClass() string {
-	var anyGPU []string
+	var noGPU []string
 	for _, l := range containerLists {
-		anyGPU = append(anyGPU, fmt.Sprintf("(has(object.spec.%s) && object.spec.%s.exists(c, %s))", l.field, l.field, r.gpu))
+		noGPU = append(noGPU, fmt.Sprintf("size(variables.%s) == 0", l.variable("gpu")))
 	}
-	return fmt.Sprintf(`request.operation == "CREATE" && has(object.spec.runtimeClassName) && object.spec.runtimeClassName in %s && !(%s)`,
-		list(r.p.Spec.NVIDIARuntimeClasses), strings.Join(anyGPU, " || "))
+	return fmt.Sprintf(`request.operation == "CREATE" && has(object.spec.runtimeClassName) && object.spec.runtimeClassName in %s && %s`,
+		list(r.p.Spec.NVIDIARuntimeClasses), strings.Join(noGPU, " && "))
+}
+
+// variables classify the judged containers once per request: every rule that
+// depends on a container's GPUs reads these lists instead of testing its limits
+// again.
+func (r *rules) variables() []admissionregistrationv1.Variable {
+	var vars []admissionregistrationv1.Variable
+	for _, l := range containerLists {
+		vars = append(vars,
+			admissionregistrationv1.Variable{Name: l.variable("gpu"), Expression: fmt.Sprintf("%s.filter(c, %s)", l.judged(), r.gpu)},
+			admissionregistrationv1.Variable{Name: l.variable("plain"), Expression: fmt.Sprintf("%s.filter(c, !(%s))", l.judged(), r.gpu)})
+	}
+	return vars
+}
+
+// containerValidation joins a check's predicates over every container kind into one
+// validation, whose message names the first offending container.
+func containerValidation(ch check) admissionregistrationv1.Validation {
+	var violations, names []string
+	for _, part := range []struct{ class, pred string }{{"plain", ch.plain}, {"gpu", ch.gpu}} {
+		if part.pred == "" {
+			continue
+		}
+		for _, l := range containerLists {
+			v := "variables." + l.variable(part.class)
+			violations = append(violations, fmt.Sprintf("%s.exists(c, %s)", v, part.pred))
+			names = append(names, fmt.Sprintf("%s.filter(c, %s).map(c, %s + c.name)", v, part.pred, str(l.kind+" ")))
+		}
+	}
+	return admissionregistrationv1.Validation{
+		Expression:        "!(" + strings.Join(violations, " || ") + ")",
+		MessageExpression: fmt.Sprintf(`"gpuguard backstop [%s]: " + (%s)[0] + " %s"`, ch.rule, strings.Join(names, " + "), ch.message),
+		Message:           fmt.Sprintf("gpuguard backstop [%s]: a container %s", ch.rule, ch.message),
+		Reason:            ptr(metav1.StatusReasonForbidden),
+	}
 }
 
 func (r *rules) validatingPolicy(name string) *admissionregistrationv1.ValidatingAdmissionPolicy {
 	var validations []admissionregistrationv1.Validation
 	for _, ch := range r.checks() {
-		if !ch.perContainer {
-			validations = append(validations, admissionregistrationv1.Validation{
-				Expression: "!(" + ch.violation + ")",
-				Message:    fmt.Sprintf("gpuguard backstop [%s]: %s", ch.rule, ch.message),
-				Reason:     ptr(metav1.StatusReasonForbidden),
-			})
+		if ch.pod == "" {
+			validations = append(validations, containerValidation(ch))
 			continue
 		}
-		for _, l := range containerLists {
-			validations = append(validations, admissionregistrationv1.Validation{
-				Expression: fmt.Sprintf("!%s.exists(c, %s)", l.judged(), ch.violation),
-				MessageExpression: fmt.Sprintf(`"gpuguard backstop [%s]: %s " + %s.filter(c, %s)[0].name + " %s"`,
-					ch.rule, l.kind, l.judged(), ch.violation, ch.message),
-				Message: fmt.Sprintf("gpuguard backstop [%s]: a %s %s", ch.rule, l.kind, ch.message),
-				Reason:  ptr(metav1.StatusReasonForbidden),
-			})
-		}
+		validations = append(validations, admissionregistrationv1.Validation{
+			Expression: "!(" + ch.pod + ")",
+			Message:    fmt.Sprintf("gpuguard backstop [%s]: %s", ch.rule, ch.message),
+			Reason:     ptr(metav1.StatusReasonForbidden),
+		})
 	}
 	return &admissionregistrationv1.ValidatingAdmissionPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
@@ -177,6 +210,7 @@ func (r *rules) validatingPolicy(name string) *admissionregistrationv1.Validatin
 			FailurePolicy:    &failClosed,
 			MatchConstraints: podRules([2]string{"CREATE", "pods"}, [2]string{"UPDATE", "pods"}, [2]string{"UPDATE", "pods/ephemeralcontainers"}),
 			MatchConditions:  r.exemptions(),
+			Variables:        r.variables(),
 			Validations:      validations,
 		},
 	}

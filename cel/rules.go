@@ -21,6 +21,12 @@ var containerLists = []containerList{
 	{"ephemeralContainers", "ephemeral container"},
 }
 
+// variable names the CEL variable of this list's containers of a class ("gpu" or
+// "plain").
+func (l containerList) variable(class string) string {
+	return class + strings.ToUpper(l.field[:1]) + l.field[1:]
+}
+
 // judged is the CEL list of the containers a request puts up for judgement: all
 // of them on CREATE; on an UPDATE of pods/ephemeralcontainers, only the ephemeral
 // containers it adds.
@@ -68,37 +74,36 @@ func newRules(p *config.Policy) (*rules, error) {
 	return r, nil
 }
 
-// deviceEnv: an entry of a device variable with a granting literal value.
-func (r *rules) deviceEnv() string {
-	return fmt.Sprintf(`has(c.env) && c.env.exists(e, e.name in %s && !has(e.valueFrom) && has(e.value) && `+
-		`!(e.value in ((%s) ? ["void", ""] : ["void", "", "none"])))`, list(r.deviceVars), r.gpu)
+// deviceEnv: an entry of a device variable with a granting literal value; on a
+// container without GPUs "none" is not granting (the webhook rewrites it).
+func (r *rules) deviceEnv(gpu bool) string {
+	allowed := `["void", "", "none"]`
+	if gpu {
+		allowed = `["void", ""]`
+	}
+	return fmt.Sprintf(`has(c.env) && c.env.exists(e, e.name in %s && !has(e.valueFrom) && has(e.value) && !(e.value in %s))`,
+		list(r.deviceVars), allowed)
 }
 
-// protectedEnv: a protected variable where the policy does not allow it.
-func (r *rules) protectedEnv() string {
-	var nowhere, onGPU []string
-	var badValue []string
+// protectedEnv: a protected variable where the policy does not allow it: on a
+// container without GPUs, any; on a GPU container, one not allowed there or with a
+// value outside its allowedValues.
+func (r *rules) protectedEnv(gpu bool) string {
+	var all, nowhere, badValue []string
 	for _, v := range r.p.Spec.Env.ProtectedVariables {
-		if !v.AllowOnGPUContainers {
+		all = append(all, v.Name)
+		switch {
+		case !v.AllowOnGPUContainers:
 			nowhere = append(nowhere, v.Name)
-			continue
-		}
-		onGPU = append(onGPU, v.Name)
-		if len(v.AllowedValues) > 0 {
+		case len(v.AllowedValues) > 0:
 			badValue = append(badValue, fmt.Sprintf(`e.name == %s && has(e.value) && e.value.split(",").exists(x, x.trim() != "" && !(x.trim() in %s))`,
 				str(v.Name), list(v.AllowedValues)))
 		}
 	}
-	violation := or(
-		fmt.Sprintf("e.name in %s", list(nowhere)),
-		fmt.Sprintf("!(%s) && e.name in %s", r.gpu, list(onGPU)),
-		func() string {
-			if len(badValue) == 0 {
-				return ""
-			}
-			return fmt.Sprintf("(%s) && (%s)", r.gpu, or(badValue...))
-		}(),
-	)
+	violation := fmt.Sprintf("e.name in %s", list(all))
+	if gpu {
+		violation = or(append([]string{fmt.Sprintf("e.name in %s", list(nowhere))}, badValue...)...)
+	}
 	return fmt.Sprintf(`has(c.env) && c.env.exists(e, !has(e.valueFrom) && (%s))`, violation)
 }
 
@@ -112,10 +117,11 @@ func (r *rules) envFromPrefix() string {
 	return fmt.Sprintf(`has(c.envFrom) && c.envFrom.exists(f, has(f.prefix) && f.prefix != "" && %s.exists(n, n.startsWith(f.prefix)))`, list(r.protected))
 }
 
-// envFromUnprefixed: any envFrom without a prefix on a GPU container; rendered only
-// when the policy denies those outright (inspecting ConfigMaps is webhook-only).
+// envFromUnprefixed: any envFrom without a prefix (judged on GPU containers only);
+// rendered only when the policy denies those outright (inspecting ConfigMaps is
+// webhook-only).
 func (r *rules) envFromUnprefixed() string {
-	return fmt.Sprintf(`(%s) && has(c.envFrom) && c.envFrom.exists(f, !has(f.prefix) || f.prefix == "")`, r.gpu)
+	return `has(c.envFrom) && c.envFrom.exists(f, !has(f.prefix) || f.prefix == "")`
 }
 
 // deviceListMount: a mount under a device-list root, for paths CEL can judge.
@@ -131,13 +137,14 @@ func effectivelyVoid(name string) string {
 	return fmt.Sprintf(`has(c.env) && size(%s) > 0 && !has(%[2]s.valueFrom) && (!has(%[2]s.value) || %[2]s.value in ["void", ""])`, entries, last)
 }
 
-// finalState: a non-GPU container left without void in some device variable.
+// finalState: a container (judged on those without GPUs) left without void in some
+// device variable.
 func (r *rules) finalState() string {
 	var missing []string
 	for _, n := range r.deviceVars {
 		missing = append(missing, "!("+effectivelyVoid(n)+")")
 	}
-	return fmt.Sprintf(`!(%s) && (%s)`, r.gpu, or(missing...))
+	return or(missing...)
 }
 
 // privileged: a privileged container, or one that adds SYS_ADMIN or ALL.

@@ -349,3 +349,49 @@ func TestWebhookKeepsTheBackstopInSync(t *testing.T) {
 		t.Fatalf("a policy edit did not reach the backstop: %v\n%s", err, framework.Tail(wh.Log))
 	}
 }
+
+// TestEveryRenderingCompiles has the API server compile (server-side dry-run) the
+// CEL rendered from a policy that turns on every optional part: extra device
+// variables, unprefixed envFrom denied, advisories denied, every exemption kind
+// and the warn mode.
+func TestEveryRenderingCompiles(t *testing.T) {
+	ctx := context.Background()
+	p, err := config.Parse("every-option.yaml", []byte(`apiVersion: gpuguard.io/v1alpha1
+kind: GPUGuardPolicy
+spec:
+  mode: warn
+  env:
+    extraDeviceVariables: [DOCKER_RESOURCE_GPU]
+    unprefixedEnvFromOnGPU: deny
+    protectedVariables:
+      - {name: NVIDIA_GDS, allowOnGPUContainers: true, allowedValues: [enabled]}
+      - {name: NVIDIA_MOFED, allowOnGPUContainers: true}
+      - {name: NVIDIA_IMEX_CHANNELS}
+  advisories: {privileged: deny, nvidiaRuntimeClass: deny}
+  exemptions:
+    namespaces: [gpu-operator]
+    serviceAccounts: [{namespace: ci, name: smoke}]
+    usernames: ["system:serviceaccount:ci:deployer"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := cel.Render(p, cel.Options{Name: "every-option"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}
+	ar := s.cp.Client.AdmissionregistrationV1()
+	if _, err := ar.ValidatingAdmissionPolicies().Create(ctx, rendered.Validating, dry); err != nil {
+		t.Errorf("ValidatingAdmissionPolicy: %v", err)
+	}
+	if _, err := ar.ValidatingAdmissionPolicyBindings().Create(ctx, rendered.ValidatingBinding, dry); err != nil {
+		t.Errorf("ValidatingAdmissionPolicyBinding: %v", err)
+	}
+	if _, err := ar.MutatingAdmissionPolicies().Create(ctx, rendered.Mutating, dry); err != nil {
+		t.Errorf("MutatingAdmissionPolicy: %v", err)
+	}
+	if _, err := ar.MutatingAdmissionPolicyBindings().Create(ctx, rendered.MutatingBinding, dry); err != nil {
+		t.Errorf("MutatingAdmissionPolicyBinding: %v", err)
+	}
+}
