@@ -13,7 +13,7 @@ var WebhookOnly = []Gap{
 	{policy.RuleEnvFromUnprefixed, "inspecting a ConfigMap's keys needs to read it; CEL sees only the pod (rendered only when the policy denies every unprefixed envFrom on GPU containers)"},
 	{policy.RuleDeviceListMount, "mount paths that need cleaning (\"..\", \"//\", \"./\"): CEL has no path.Clean, so they are left to the webhook rather than judged wrongly"},
 	{policy.RuleSensitiveHostPath, "host paths that need cleaning (\"..\", \"//\", \"./\"), for the same reason"},
-	{policy.RuleNamespaceMode, "the gpuguard.io/mode namespace label: the binding applies the policy's own mode everywhere"},
+	{policy.RuleNamespaceMode, "the gpuguard.io/mode namespace label: namespaces whose label relaxes the mode are left out of the validating binding, and a label that tightens it is not honoured (the binding applies the policy's own mode)"},
 	{policy.RulePrivileged, "warnings: rendered only when the policy's severity is deny"},
 	{policy.RuleNVIDIARuntimeClass, "warnings: rendered only when the policy's severity is deny"},
 	{policy.RuleFinalState, "the warning for mirror pods (they are skipped)"},

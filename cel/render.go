@@ -55,12 +55,31 @@ func Render(p *config.Policy, o Options) (*Policies, error) {
 		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 			Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: slices.Compact(excluded)}}},
 	}
+	validatingMatch := match.DeepCopy()
+	if relaxed := relaxingLabels(&p.Spec); len(relaxed) > 0 {
+		// Where a namespace label relaxes the mode, the webhook alone judges: the
+		// binding applies one mode, and must not deny what the webhook allows.
+		validatingMatch.NamespaceSelector.MatchExpressions = append(validatingMatch.NamespaceSelector.MatchExpressions,
+			metav1.LabelSelectorRequirement{Key: policy.ModeLabel, Operator: metav1.LabelSelectorOpNotIn, Values: relaxed})
+	}
 	return &Policies{
 		Validating:        r.validatingPolicy(o.Name),
-		ValidatingBinding: validatingBinding(o.Name, p.Spec.Mode, match),
+		ValidatingBinding: validatingBinding(o.Name, p.Spec.Mode, validatingMatch),
 		Mutating:          r.mutatingPolicy(o.Name),
 		MutatingBinding:   mutatingBinding(o.Name, match),
 	}, nil
+}
+
+// relaxingLabels lists the values of the namespace mode label that make the mode
+// looser than the policy's own.
+func relaxingLabels(spec *config.PolicySpec) []string {
+	var relaxed []string
+	for _, m := range config.Modes {
+		if mode, _ := policy.ModeFor(spec, map[string]string{policy.ModeLabel: m}); mode.Strictness() < spec.Mode.Strictness() {
+			relaxed = append(relaxed, m)
+		}
+	}
+	return relaxed
 }
 
 var (
@@ -94,7 +113,8 @@ func (r *rules) exemptions() []admissionregistrationv1.MatchCondition {
 			pairs = append(pairs, sa.Namespace+"/"+sa.Name)
 		}
 		conds = append(conds, admissionregistrationv1.MatchCondition{Name: "not-exempt-service-account",
-			Expression: fmt.Sprintf(`!((request.namespace + "/" + (has(object.spec.serviceAccountName) && object.spec.serviceAccountName != "" ? `+
+			// An ephemeral container is written by whoever adds it: not exempt.
+			Expression: fmt.Sprintf(subResource+` == "ephemeralcontainers" || !((request.namespace + "/" + (has(object.spec.serviceAccountName) && object.spec.serviceAccountName != "" ? `+
 				`object.spec.serviceAccountName : (has(object.spec.serviceAccount) && object.spec.serviceAccount != "" ? object.spec.serviceAccount : "default"))) in %s)`,
 				list(pairs))})
 	}

@@ -111,3 +111,32 @@ func TestRenderFollowsThePolicy(t *testing.T) {
 		t.Error("an exempt namespace must be left out of the bindings")
 	}
 }
+
+func TestRelaxedNamespacesAreLeftToTheWebhook(t *testing.T) {
+	for _, tc := range []struct {
+		spec string
+		want string // values of the mode label left out, "" for none
+	}{
+		{"  mode: enforce\n", ""},
+		{"  mode: enforce\n  namespaceModeOverride: Any\n", "warn,audit"},
+		{"  mode: warn\n  namespaceModeOverride: Any\n", "audit"},
+		{"  mode: audit\n  namespaceModeOverride: Any\n", ""},
+	} {
+		p, err := Render(parse(t, tc.spec), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		for _, e := range p.ValidatingBinding.Spec.MatchResources.NamespaceSelector.MatchExpressions {
+			if e.Key == "gpuguard.io/mode" {
+				got = strings.Join(e.Values, ",")
+			}
+		}
+		if got != tc.want {
+			t.Errorf("%q: mode label values left out = %q, want %q", tc.spec, got, tc.want)
+		}
+		if len(p.MutatingBinding.Spec.MatchResources.NamespaceSelector.MatchExpressions) != 1 {
+			t.Errorf("%q: the void injection applies in every mode", tc.spec)
+		}
+	}
+}

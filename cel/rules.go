@@ -2,11 +2,11 @@ package cel
 
 import (
 	"fmt"
-	"path"
 	"slices"
 	"strings"
 
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/policy"
 )
 
 // containerList is one kind of container list in a pod spec.
@@ -168,22 +168,11 @@ func (r *rules) deviceAnnotation() string {
 func (r *rules) sensitiveHostPath() string {
 	var paths []string
 	for _, s := range r.p.Spec.SensitiveHostPaths {
-		paths = append(paths, runAliases(path.Clean(s))...)
+		paths = append(paths, policy.RunAliases(s)...)
 	}
 	slices.Sort(paths)
 	p := cleanPath("v.hostPath.path")
 	return fmt.Sprintf(`request.operation == "CREATE" && has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath) && %s && `+
 		`%s.exists(s, %[3]s == s || %[3]s == "/" || %[3]s.startsWith(s + "/") || s.startsWith(%[3]s + "/")))`,
 		judgeable("v.hostPath.path"), list(slices.Compact(paths)), p)
-}
-
-// runAliases lists a path under both /run and /var/run, its usual symlink.
-func runAliases(p string) []string {
-	switch {
-	case p == "/run" || strings.HasPrefix(p, "/run/"):
-		return []string{p, "/var" + p}
-	case p == "/var/run" || strings.HasPrefix(p, "/var/run/"):
-		return []string{p, strings.TrimPrefix(p, "/var")}
-	}
-	return []string{p}
 }

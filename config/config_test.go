@@ -90,6 +90,8 @@ func TestErrors(t *testing.T) {
 		{"two documents", head + "---\n" + head, []string{"one YAML document"}},
 		{"empty", "", []string{"empty policy document"}},
 		{"broken yaml", head + "spec: [\n", []string{"p.yaml:", "line"}},
+		{"null switch", head + "spec:\n  injectVoid:\n", []string{"p.yaml:4: spec.injectVoid: empty value"}},
+		{"null list", head + "spec:\n  sensitiveHostPaths: ~\n", []string{"p.yaml:4: spec.sensitiveHostPaths: empty value"}},
 		{"duplicate key", head + "spec:\n  mode: warn\n  mode: audit\n", []string{"p.yaml:5: spec.mode: field given twice (first on line 4)"}},
 		{"configmap without key", "apiVersion: v1\nkind: ConfigMap\ndata:\n  other.yaml: x\n", []string{"has no key \"policy.yaml\""}},
 	} {

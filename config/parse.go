@@ -196,7 +196,11 @@ func checkShape(n *yaml.Node, t reflect.Type, path *field.Path, lines map[string
 		return []Problem{{Line: n.Line, Field: path.String(), Message: "YAML aliases are not supported in a policy"}}
 	}
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return nil
+		if t.Kind() == reflect.Struct {
+			return nil // an empty section: its fields keep their defaults
+		}
+		// An empty list or switch would quietly turn a protection off.
+		return []Problem{{Line: n.Line, Field: path.String(), Message: "empty value: give a value ([] for an empty list), or remove the field to keep the default"}}
 	}
 	switch t.Kind() {
 	case reflect.Struct:

@@ -11,7 +11,8 @@ import (
 // checkEnvFromUnprefixed is the rule envfrom-unprefixed: whole ConfigMaps and Secrets
 // poured into a GPU container's environment.
 //
-// Fields read, in GPU containers only (elsewhere the injected void wins over envFrom):
+// Fields read, in GPU containers (in the others the injected void wins over envFrom;
+// with injectVoid off, in every container):
 //   - envFrom[*].prefix, envFrom[*].configMapRef.name, envFrom[*].secretRef.name;
 //   - in inspect mode, the data of the referenced ConfigMap, each key judged as if it
 //     were an env entry by device-env and protected-env.
@@ -25,7 +26,7 @@ import (
 // A ConfigMap can change after admission: the node agent's volume-mounts or CDI
 // allocation, which env cannot override, is the real fix.
 func checkEnvFromUnprefixed(ev *evaluation, c *containerRef) {
-	if !c.gpu {
+	if !c.gpu && ev.e.policy.Spec.InjectVoid {
 		return
 	}
 	treatment := ev.e.policy.Spec.Env.UnprefixedEnvFromOnGPU
@@ -37,7 +38,7 @@ func checkEnvFromUnprefixed(ev *evaluation, c *containerRef) {
 		switch {
 		case treatment == config.EnvFromDeny:
 			ev.report(RuleEnvFromUnprefixed, effectDeny, c, path,
-				"container %q takes envFrom without a prefix, which could replace its GPU allocation; set a prefix", c.c.Name)
+				"container %q takes envFrom without a prefix, which could set NVIDIA variables; set a prefix", c.c.Name)
 		case treatment == config.EnvFromWarn:
 			ev.report(RuleEnvFromUnprefixed, effectWarn, c, path,
 				"container %q takes envFrom without a prefix; keep NVIDIA_ keys out of it", c.c.Name)
@@ -68,9 +69,9 @@ func (ev *evaluation) inspectConfigMap(c *containerRef, path, name string) {
 		return
 	}
 	for _, key := range slices.Sorted(maps.Keys(data)) {
-		problem := ev.e.protectedEnvProblem(true, key, data[key])
+		problem := ev.e.protectedEnvProblem(c.gpu, key, data[key])
 		if ev.e.isDeviceVar(key) {
-			problem = deviceEnvProblem(true, key, data[key])
+			problem = deviceEnvProblem(c.gpu, key, data[key])
 		}
 		if problem != "" {
 			ev.report(RuleEnvFromUnprefixed, effectDeny, c, path+".configMapRef",

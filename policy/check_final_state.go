@@ -18,7 +18,7 @@ func checkFinalState(ev *evaluation, c *containerRef) {
 		return
 	}
 	eff := effectDeny
-	if ev.t.meta.Annotations[MirrorPodAnnotation] != "" {
+	if isMirrorPod(ev.t.meta) {
 		eff = effectWarn
 	}
 	for _, name := range ev.e.deviceVars {

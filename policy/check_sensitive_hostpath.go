@@ -1,6 +1,9 @@
 package policy
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // checkSensitiveHostPaths is the rule sensitive-hostpath: host directories that
 // hold device nodes, device plugin sockets, CDI specs or the runtime's configuration.
@@ -18,26 +21,30 @@ func checkSensitiveHostPaths(ev *evaluation) {
 		if v.HostPath == nil {
 			continue
 		}
-		p := normaliseHostPath(v.HostPath.Path)
-		for k, s := range ev.e.sensitiveHostPaths {
-			if related(p, s) {
-				s = ev.e.policy.Spec.SensitiveHostPaths[k]
+		p := cleanAbsolute(v.HostPath.Path)
+		for k, aliases := range ev.e.sensitiveHostPaths {
+			if slices.ContainsFunc(aliases, func(s string) bool { return related(p, s) }) {
 				ev.report(RuleSensitiveHostPath, effectDeny, nil,
 					ev.t.specPath.Child("volumes").Index(i).Child("hostPath", "path").String(),
-					"volume %q mounts host path %q, which exposes %s; use a GPU resource instead", v.Name, v.HostPath.Path, s)
+					"volume %q mounts host path %q, which exposes %s; use a GPU resource instead", v.Name, v.HostPath.Path,
+					ev.e.policy.Spec.SensitiveHostPaths[k])
 				break
 			}
 		}
 	}
 }
 
-// normaliseHostPath cleans a host path and writes /var/run as /run, its usual symlink.
-func normaliseHostPath(p string) string {
+// RunAliases cleans a path and lists it under both /run and /var/run, its usual
+// symlink, so that a host path is compared with each spelling.
+func RunAliases(p string) []string {
 	p = cleanAbsolute(p)
-	if p == "/var/run" || strings.HasPrefix(p, "/var/run/") {
-		p = "/run" + strings.TrimPrefix(p, "/var/run")
+	switch {
+	case p == "/run" || strings.HasPrefix(p, "/run/"):
+		return []string{p, "/var" + p}
+	case p == "/var/run" || strings.HasPrefix(p, "/var/run/"):
+		return []string{p, strings.TrimPrefix(p, "/var")}
 	}
-	return p
+	return []string{p}
 }
 
 // related reports whether two clean absolute paths are equal or one lies below the other.

@@ -98,7 +98,7 @@ type Engine struct {
 	exemptNamespaces   map[string]bool
 	exemptUsers        map[string]bool
 	exemptSAs          map[config.ServiceAccountRef]bool
-	sensitiveHostPaths []string // normalised (/var/run becomes /run), in the policy's order
+	sensitiveHostPaths [][]string // each policy path under both /run and /var/run, in the policy's order
 }
 
 // New compiles a validated policy into an engine.
@@ -134,7 +134,7 @@ func New(p *config.Policy) (*Engine, error) {
 		e.exemptSAs[sa] = true
 	}
 	for _, p := range s.SensitiveHostPaths {
-		e.sensitiveHostPaths = append(e.sensitiveHostPaths, normaliseHostPath(p))
+		e.sensitiveHostPaths = append(e.sensitiveHostPaths, RunAliases(p))
 	}
 	return e, nil
 }

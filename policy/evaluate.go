@@ -2,10 +2,12 @@ package policy
 
 import (
 	"context"
+	"reflect"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuguard/gpuguard/config"
 )
@@ -20,15 +22,17 @@ const SubresourceEphemeralContainers = "ephemeralcontainers"
 func (e *Engine) Evaluate(ctx context.Context, req *Request) Result {
 	mode, modeNote := e.modeFor(req.NamespaceLabels)
 	untouched := Result{Allowed: true, Mode: mode, Violations: []Violation{}, Warnings: []string{}, Patch: nilPatch()}
-	if req.Object == nil {
+	if req.Object == nil || reflect.ValueOf(req.Object).IsNil() {
 		return untouched
 	}
 	t, ok := targetOf(req.Object)
-	if !ok || t.object.DeletionTimestamp != nil {
+	// A controller being deleted is left alone, so that garbage collection and
+	// finalizers go on; a pod is judged whatever its state.
+	if !ok || (t.object.DeletionTimestamp != nil && !t.isPod) {
 		return untouched
 	}
 	ev := &evaluation{ctx: ctx, e: e, req: req, t: t, phase: req.Phase, namespace: namespaceOf(req, t)}
-	if exempt := e.exemption(ev.namespace, req.UserInfo.Username, t.spec); exempt != "" {
+	if exempt := e.exemption(ev.namespace, req.UserInfo.Username, req.SubResource, t.spec); exempt != "" {
 		untouched.Exempt = exempt
 		untouched.AuditAnnotations = map[string]string{"exempt": exempt}
 		return untouched
@@ -70,7 +74,7 @@ func (ev *evaluation) plan() bool {
 		return true
 	}
 	// Mirror pods reflect static manifests on a node: judged, but never mutated.
-	ev.mutable = ev.phase == Mutating && t.meta.Annotations[MirrorPodAnnotation] == ""
+	ev.mutable = ev.phase == Mutating && !isMirrorPod(t.meta)
 	switch {
 	case req.Operation == admissionv1.Create && req.SubResource == "":
 		ev.scope = scopePod
@@ -154,3 +158,10 @@ func namespaceOf(req *Request, t target) string {
 
 // nilPatch is the empty patch: [] in JSON, never null.
 func nilPatch() []jsonpatch.Operation { return []jsonpatch.Operation{} }
+
+// isMirrorPod reports whether a pod is the kubelet's mirror of a static pod: the
+// annotation's presence counts, as for the kubelet.
+func isMirrorPod(meta *metav1.ObjectMeta) bool {
+	_, ok := meta.Annotations[MirrorPodAnnotation]
+	return ok
+}

@@ -74,6 +74,12 @@ func (ev *evaluation) report(rule RuleID, eff effect, c *containerRef, path, for
 // mutating phase removes the entry instead of denying.
 func (ev *evaluation) reportEnv(rule RuleID, c *containerRef, i int, format string, args ...any) {
 	path := c.path().Child("env").Index(i).String()
+	if !ev.t.isPod && ev.e.policy.Spec.Action == config.ActionStrip {
+		// Strip mode removes the entry from each pod the template makes: the
+		// controller itself is admitted, with a warning.
+		ev.report(rule, effectWarn, c, path, format+" (strip mode removes it from the pods)", args...)
+		return
+	}
 	ev.report(rule, effectDeny, c, path, format, args...)
 	if ev.stripping {
 		v := &c.c.Env[i]

@@ -6,11 +6,15 @@ import (
 	"github.com/gpuguard/gpuguard/config"
 )
 
-// modeFor returns the mode for a namespace with these labels, and a note when the
+func (e *Engine) modeFor(labels map[string]string) (config.Mode, string) {
+	return ModeFor(&e.policy.Spec, labels)
+}
+
+// ModeFor returns the mode for a namespace with these labels, and a note when the
 // label was ignored. The label may always tighten the policy's mode (audit, warn,
 // enforce, in that order); it may relax it only when the policy allows Any.
-func (e *Engine) modeFor(labels map[string]string) (config.Mode, string) {
-	base := e.policy.Spec.Mode
+func ModeFor(spec *config.PolicySpec, labels map[string]string) (config.Mode, string) {
+	base := spec.Mode
 	value, ok := labels[ModeLabel]
 	if !ok {
 		return base, ""
@@ -19,7 +23,7 @@ func (e *Engine) modeFor(labels map[string]string) (config.Mode, string) {
 	switch {
 	case m.Strictness() == 0:
 		return base, fmt.Sprintf("namespace label %s=%s is not enforce, warn or audit; mode %s applies", ModeLabel, quote(value), base)
-	case m.Strictness() > base.Strictness() || e.policy.Spec.NamespaceModeOverride == config.OverrideAny:
+	case m.Strictness() > base.Strictness() || spec.NamespaceModeOverride == config.OverrideAny:
 		return m, ""
 	case m.Strictness() < base.Strictness():
 		return base, fmt.Sprintf("namespace label %s=%s may only tighten the policy; mode %s applies", ModeLabel, value, base)

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,13 +110,35 @@ func TestHostPathRelations(t *testing.T) {
 		{"/var/lib/kubelet/device-plugins/kubelet.sock", true}, {"//etc//cdi/", true}, {"/etc/../dev", true},
 		{"/devices", false}, {"/data", false}, {"/var/lib/kubelet/pods", false}, {"/etc/cdix", false}, {"/var/log", false},
 	} {
-		p := normaliseHostPath(tc.path)
+		p := cleanAbsolute(tc.path)
 		got := false
 		for _, s := range config.Default().Spec.SensitiveHostPaths {
-			got = got || related(p, normaliseHostPath(s))
+			got = got || slices.ContainsFunc(RunAliases(s), func(a string) bool { return related(p, a) })
 		}
 		if got != tc.want {
 			t.Errorf("%s: sensitive=%v, want %v", tc.path, got, tc.want)
+		}
+	}
+}
+
+// TestRunAliasesBothWays: /var/run is a symlink to /run, so a policy path and a host
+// path are compared under both spellings, and "above" still works for /var.
+func TestRunAliasesBothWays(t *testing.T) {
+	for _, tc := range []struct {
+		sensitive, host string
+		want            bool
+	}{
+		{"/var", "/var/run/secret.sock", true},
+		{"/var/run/cdi", "/var", true},
+		{"/run/cdi", "/var", true},
+		{"/run/cdi", "/var/run/cdi/x", true},
+		{"/var/run/cdi", "/run", true},
+		{"/var/run/cdi", "/var/lib", false},
+	} {
+		p := cleanAbsolute(tc.host)
+		got := slices.ContainsFunc(RunAliases(tc.sensitive), func(a string) bool { return related(p, a) })
+		if got != tc.want {
+			t.Errorf("sensitive %s, host path %s: related=%v, want %v", tc.sensitive, tc.host, got, tc.want)
 		}
 	}
 }

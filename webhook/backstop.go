@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -32,8 +33,30 @@ type backstopSync struct {
 	// backstop objects, so that removing gpuguard (helm uninstall deletes that
 	// configuration) garbage-collects them too.
 	owner string
+	// source is the policy in force, re-applied periodically.
+	source *PolicySource
 	// applied is the hash of the policy last applied.
 	applied string
+}
+
+// reapplyEvery is how often the backstop is applied again, whatever happened: a
+// policy or binding deleted or edited by hand comes back within this time.
+const reapplyEvery = time.Minute
+
+// Start re-applies the backstop periodically until ctx is done (manager.Runnable).
+func (b *backstopSync) Start(ctx context.Context) error {
+	tick := time.NewTicker(reapplyEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if e := b.source.Engine(); e != nil {
+				_ = b.apply(ctx, e.Policy()) // logged and counted in apply
+			}
+		}
+	}
 }
 
 // fieldOwner is the server-side apply field manager of the backstop objects.
@@ -60,7 +83,7 @@ func (b *backstopSync) apply(ctx context.Context, p *config.Policy) error {
 		return err
 	}
 	b.metrics.BackstopSyncs.WithLabelValues("success").Inc()
-	b.log.Info("CEL backstop applied", "name", b.options.Name)
+	b.log.V(1).Info("CEL backstop applied", "name", b.options.Name)
 	return nil
 }
 

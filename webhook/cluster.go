@@ -8,6 +8,7 @@ import (
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -53,14 +54,17 @@ func runInCluster(ctx context.Context, o Options) error {
 	}
 	m := DefaultMetrics()
 	source := NewPolicySource(m, o.Log.WithName("policy"))
-	namespaces := newNamespaceCache(mgr.GetCache())
+	namespaces := newNamespaceCache(mgr.GetCache(), mgr.GetAPIReader())
 	reconciler := &policyReconciler{
 		key: o.PolicyConfigMap, reader: mgr.GetClient(), apiReader: mgr.GetAPIReader(), source: source,
 		events: mgr.GetEventRecorder("gpuguard"), metrics: m, log: o.Log.WithName("policy"),
 	}
 	if o.CELBackstop != nil {
 		reconciler.backstop = &backstopSync{client: mgr.GetClient(), reader: mgr.GetAPIReader(), options: *o.CELBackstop, owner: o.ValidatingConfig,
-			metrics: m, log: o.Log.WithName("backstop")}
+			source: source, metrics: m, log: o.Log.WithName("backstop")}
+		if err := mgr.Add(reconciler.backstop); err != nil {
+			return err
+		}
 	}
 	if err := reconciler.setup(mgr); err != nil {
 		return err
@@ -128,14 +132,17 @@ func addWebhookServer(mgr manager.Manager, srv manager.Runnable, o Options) erro
 	}))
 }
 
-// namespaceCache serves namespace labels from a metadata-only informer.
+// namespaceCache serves namespace labels from a metadata-only informer, and from
+// the API server for a namespace the informer has not seen yet (one created a
+// moment before its first pod).
 type namespaceCache struct {
 	cache  cache.Cache
+	reader client.Reader
 	synced chan struct{}
 }
 
-func newNamespaceCache(c cache.Cache) *namespaceCache {
-	return &namespaceCache{cache: c, synced: make(chan struct{})}
+func newNamespaceCache(c cache.Cache, r client.Reader) *namespaceCache {
+	return &namespaceCache{cache: c, reader: r, synced: make(chan struct{})}
 }
 
 func namespaceMeta() *metav1.PartialObjectMetadata {
@@ -157,7 +164,11 @@ func (n *namespaceCache) Start(ctx context.Context) error {
 
 func (n *namespaceCache) NamespaceLabels(ctx context.Context, name string) (map[string]string, error) {
 	m := namespaceMeta()
-	if err := n.cache.Get(ctx, client.ObjectKey{Name: name}, m); err != nil {
+	err := n.cache.Get(ctx, client.ObjectKey{Name: name}, m)
+	if apierrors.IsNotFound(err) {
+		err = n.reader.Get(ctx, client.ObjectKey{Name: name}, m)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return m.Labels, nil
