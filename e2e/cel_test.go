@@ -6,8 +6,6 @@ import (
 	"context"
 	"fmt"
 	"hash/crc32"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -21,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
-	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
@@ -136,30 +133,11 @@ var backstopRule = deniedRule
 // its rule is on the documented webhook-only list, no pass fixture is denied, and
 // pods are stored with the effective NVIDIA_VISIBLE_DEVICES the engine computes.
 func TestCELBackstopParity(t *testing.T) {
-	dyn, err := dynamic.NewForConfig(s.cp.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine, err := policy.New(config.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
+	dyn, engine := clientAndEngine(t)
+	fixtures := plainFixtures(t)
 	withBackstopOnly(t, func() {
-		files, _ := filepath.Glob(filepath.Join("..", "policy", "testdata", "*", "*.yaml"))
-		for _, path := range files {
-			f := &fixture{}
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := sigsyaml.Unmarshal(data, f); err != nil {
-				t.Fatal(err)
-			}
-			if !f.plain() {
-				continue
-			}
-			name := filepath.Base(filepath.Dir(path)) + "/" + strings.TrimSuffix(filepath.Base(path), ".yaml")
-			t.Run(name, func(t *testing.T) { backstopFixture(t, dyn, engine, f) })
+		for _, f := range fixtures {
+			t.Run(f.name, func(t *testing.T) { backstopFixture(t, dyn, engine, f.fixture) })
 		}
 	})
 }

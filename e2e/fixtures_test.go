@@ -60,10 +60,41 @@ var resources = map[string]schema.GroupVersionResource{
 	"CronJob":               {Group: "batch", Version: "v1", Resource: "cronjobs"},
 }
 
-// TestThreatModelFixtures sends every plain CREATE fixture of the engine's test
-// suite through the real API server: fail fixtures must be denied naming exactly
-// their rules, and pass fixtures stored with the env the engine computes.
-func TestThreatModelFixtures(t *testing.T) {
+// namedFixture is a fixture with its name, such as fail/device-env-nongpu-all.
+type namedFixture struct {
+	name string
+	*fixture
+}
+
+// plainFixtures loads the engine's fixtures that are plain CREATEs under the
+// default policy, as a tenant would send them.
+func plainFixtures(t *testing.T) []namedFixture {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join("..", "policy", "testdata", "*", "*.yaml"))
+	var out []namedFixture
+	for _, path := range files {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &fixture{}
+		if err := sigsyaml.Unmarshal(data, f); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if f.plain() {
+			out = append(out, namedFixture{filepath.Base(filepath.Dir(path)) + "/" + strings.TrimSuffix(filepath.Base(path), ".yaml"), f})
+		}
+	}
+	if len(out) < 50 {
+		t.Fatalf("only %d plain fixtures found", len(out))
+	}
+	return out
+}
+
+// clientAndEngine are a dynamic client of the suite's API server and the engine
+// with the default policy.
+func clientAndEngine(t *testing.T) (dynamic.Interface, *policy.Engine) {
+	t.Helper()
 	dyn, err := dynamic.NewForConfig(s.cp.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -72,26 +103,16 @@ func TestThreatModelFixtures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, _ := filepath.Glob(filepath.Join("..", "policy", "testdata", "*", "*.yaml"))
-	ran := 0
-	for _, path := range files {
-		f := &fixture{}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := sigsyaml.Unmarshal(data, f); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		if !f.plain() {
-			continue
-		}
-		ran++
-		name := filepath.Base(filepath.Dir(path)) + "/" + strings.TrimSuffix(filepath.Base(path), ".yaml")
-		t.Run(name, func(t *testing.T) { runFixture(t, dyn, engine, f, strings.HasPrefix(name, "fail/")) })
-	}
-	if ran < 50 {
-		t.Errorf("only %d fixtures ran through the API server", ran)
+	return dyn, engine
+}
+
+// TestThreatModelFixtures sends every plain CREATE fixture of the engine's test
+// suite through the real API server: fail fixtures must be denied naming exactly
+// their rules, and pass fixtures stored with the env the engine computes.
+func TestThreatModelFixtures(t *testing.T) {
+	dyn, engine := clientAndEngine(t)
+	for _, f := range plainFixtures(t) {
+		t.Run(f.name, func(t *testing.T) { runFixture(t, dyn, engine, f.fixture, strings.HasPrefix(f.name, "fail/")) })
 	}
 }
 

@@ -15,12 +15,24 @@ import (
 
 // BuildGPUGuard builds the static gpuguard binary from the repository's main.go.
 func BuildGPUGuard(repoRoot, outDir string) (string, error) {
-	bin := filepath.Join(outDir, "gpuguard")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+	return buildBinary(repoRoot, outDir, "gpuguard", ".", false)
+}
+
+// BuildAgent builds gpuguard-agent (cgo, for NVML) into outDir.
+func BuildAgent(repoRoot, outDir string) (string, error) {
+	return buildBinary(repoRoot, outDir, "gpuguard-agent", "./cmd/gpuguard-agent", true)
+}
+
+func buildBinary(repoRoot, outDir, name, pkg string, cgo bool) (string, error) {
+	bin := filepath.Join(outDir, name)
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if cgo {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building gpuguard: %w\n%s", err, out)
+		return "", fmt.Errorf("building %s: %w\n%s", name, err, out)
 	}
 	return bin, nil
 }

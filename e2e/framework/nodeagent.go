@@ -7,24 +7,11 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 )
-
-// BuildAgent builds gpuguard-agent (cgo, for NVML) into outDir.
-func BuildAgent(repoRoot, outDir string) (string, error) {
-	bin := filepath.Join(outDir, "gpuguard-agent")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/gpuguard-agent")
-	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building gpuguard-agent: %w\n%s", err, out)
-	}
-	return bin, nil
-}
 
 // startAgent runs the agent on the mock GPUs with its device plugin on,
 // reading the node's own toolkit and containerd configs, and naming
