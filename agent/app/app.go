@@ -299,7 +299,7 @@ func (a *Agent) start(ctx context.Context) (*session, error) {
 				}
 			}
 		}
-		cfg := cdispec.Config{Mode: a.cfg.CDISpec, WriteDir: filepath.Join(a.cfg.HostRoot, a.cfg.CDISpecDir)}
+		cfg := cdispec.Config{Mode: a.cfg.CDISpec, WriteDir: filepath.Join(a.cfg.HostRoot, a.cfg.CDISpecDir), DevRoot: a.cfg.CDIDevRoot}
 		if in.Toolkit != nil {
 			cfg.ToolkitKind = in.Toolkit.CDIDefaultKind
 			for _, d := range in.Toolkit.CDISpecDirs {

@@ -206,6 +206,7 @@ func TestAgentRegistersWhenKubeletComesLater(t *testing.T) {
 	cfg := testConfig(t, dir, "operator-cdi")
 	cfg.Backend = "mock:dgxh100:mig"
 	cfg.CDISpecDir = "/tmp-own-cdi" // unused: the test writes no toolkit spec, so auto writes the own spec here
+	cfg.CDIDevRoot = "/run/fake-gpus"
 	cfg.HostRoot = shortDir(t)
 	copyTree(t, "../nodeconfig/testdata/operator-cdi", cfg.HostRoot)
 	run(t, cfg)
@@ -227,8 +228,12 @@ func TestAgentRegistersWhenKubeletComesLater(t *testing.T) {
 			t.Errorf("resource %s not registered (got %v)", want, names)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(cfg.HostRoot, "tmp-own-cdi", "gpuguard.io-gpu.yaml")); err != nil {
-		t.Errorf("own CDI spec not written: %v", err)
+	spec, err := os.ReadFile(filepath.Join(cfg.HostRoot, "tmp-own-cdi", "gpuguard.io-gpu.yaml"))
+	if err != nil {
+		t.Fatalf("own CDI spec not written: %v", err)
+	}
+	if !strings.Contains(string(spec), "hostPath: /run/fake-gpus/dev/nvidia0") {
+		t.Errorf("--cdi-dev-root did not reach the own CDI spec:\n%s", spec)
 	}
 }
 

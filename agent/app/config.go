@@ -31,6 +31,7 @@ type Config struct {
 	MIGStrategy         string
 	CDISpec             string
 	CDISpecDir          string
+	CDIDevRoot          string
 	CDIAnnotationPrefix string
 
 	HostRoot         string
@@ -76,6 +77,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MIGStrategy, "mig-strategy", c.MIGStrategy, "none (full GPUs only) or mixed (one resource per MIG profile, e.g. nvidia.com/mig-1g.10gb)")
 	fs.StringVar(&c.CDISpec, "cdi-spec", c.CDISpec, "for CDI strategies: toolkit (devices must be in the toolkit's spec), own (write the agent's spec), auto (toolkit's if complete, else own)")
 	fs.StringVar(&c.CDISpecDir, "cdi-spec-dir", c.CDISpecDir, "host directory the agent writes its own CDI spec to")
+	fs.StringVar(&c.CDIDevRoot, "cdi-dev-root", c.CDIDevRoot, "host directory that holds the NVIDIA device nodes named in the agent's own CDI spec (default /, so /dev/nvidia0)")
 	fs.StringVar(&c.CDIAnnotationPrefix, "cdi-annotation-prefix", c.CDIAnnotationPrefix, "prefix of CDI annotation keys (default cdi.k8s.io/)")
 	fs.StringVar(&c.HostRoot, "host-root", c.HostRoot, "where the host's file system is mounted, for the toolkit and containerd configs")
 	fs.StringVar(&c.ToolkitConfig, "toolkit-config", c.ToolkitConfig, "host path of the NVIDIA Container Toolkit config.toml (default: searched)")
