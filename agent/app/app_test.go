@@ -137,16 +137,9 @@ func TestAgentServesMockNodeAndSurvivesKubeletRestart(t *testing.T) {
 	}
 	defer closeFn()
 	ctx := wait(t)
-	stream, err := c.ListAndWatch(ctx, &pluginapi.Empty{})
+	stream, list, err := kubelettest.FirstList(ctx, c, 8)
 	if err != nil {
 		t.Fatal(err)
-	}
-	list, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list.Devices) != 8 {
-		t.Fatalf("%d devices, want 8", len(list.Devices))
 	}
 	// The hardened sample node accepts volume mounts: auto picks them.
 	resp, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{list.Devices[0].ID}}}})

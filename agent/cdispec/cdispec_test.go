@@ -8,19 +8,11 @@ import (
 	"testing"
 
 	"github.com/gpuguard/gpuguard/agent/discovery"
+	"github.com/gpuguard/gpuguard/agent/discovery/discoverytest"
 )
 
 func inventory(t *testing.T, spec string) *discovery.Inventory {
-	t.Helper()
-	b, err := discovery.OpenBackend(spec, "node-1", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv, err := discovery.Discover(b.Lib, discovery.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return inv
+	return discoverytest.Inventory(t, spec)
 }
 
 // toolkitSpec writes a spec like 'nvidia-ctk cdi generate' with index names.

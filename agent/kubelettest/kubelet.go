@@ -112,3 +112,20 @@ func Dial(dir, endpoint string) (pluginapi.DevicePluginClient, func(), error) {
 	}
 	return pluginapi.NewDevicePluginClient(conn), func() { _ = conn.Close() }, nil
 }
+
+// FirstList opens ListAndWatch as the kubelet does and returns the stream with the
+// initial device list, failing when it does not hold want devices.
+func FirstList(ctx context.Context, c pluginapi.DevicePluginClient, want int) (pluginapi.DevicePlugin_ListAndWatchClient, *pluginapi.ListAndWatchResponse, error) {
+	stream, err := c.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		return nil, nil, err
+	}
+	list, err := stream.Recv()
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(list.Devices) != want {
+		return nil, nil, fmt.Errorf("%d devices, want %d", len(list.Devices), want)
+	}
+	return stream, list, nil
+}

@@ -17,6 +17,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpuguard/gpuguard/agent/discovery"
+	"github.com/gpuguard/gpuguard/agent/discovery/discoverytest"
 	"github.com/gpuguard/gpuguard/agent/kubelettest"
 	"github.com/gpuguard/gpuguard/agent/strategy"
 )
@@ -40,15 +41,7 @@ func ctxT(t testing.TB) context.Context {
 
 func mockResources(t testing.TB, spec, mig string) []Resource {
 	t.Helper()
-	b, err := discovery.OpenBackend(spec, "node-1", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv, err := discovery.Discover(b.Lib, discovery.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := BuildResources(inv, mig)
+	rs, err := BuildResources(discoverytest.Inventory(t, spec), mig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,16 +66,8 @@ func TestBinaryServesMockNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeFn()
-	stream, err := c.ListAndWatch(ctx, &pluginapi.Empty{})
-	if err != nil {
+	if _, _, err := kubelettest.FirstList(ctx, c, 8); err != nil {
 		t.Fatal(err)
-	}
-	list, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list.Devices) != 8 {
-		t.Fatalf("%d devices, want 8", len(list.Devices))
 	}
 	if status, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/status"); err == nil {
 		for _, line := range strings.Split(string(status), "\n") {
