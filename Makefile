@@ -47,13 +47,18 @@ bench:
 upstream:
 	bash hack/build-upstream.sh
 
+# The control-plane and node suites run side by side; the cluster suite after
+# them, since it runs a kubelet too and a machine holds one.
 e2e: upstream node-binaries
-	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./e2e/...
+	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./e2e/ ./e2e/node/
+	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./e2e/cluster/
 
-.PHONY: node-binaries e2e-node demo-node
+.PHONY: node-binaries e2e-node demo-node e2e-cluster cluster
 
-# The node stack of e2e/node (kubelet, containerd, the NVIDIA Container Runtime,
-# runc) built from pinned sources into _output/bin; see docs/node-e2e.md.
+# The node stack of e2e/node and e2e/cluster (kubelet, containerd, the NVIDIA
+# Container Runtime, runc, and the rest of a cluster: controller manager,
+# scheduler, kube-proxy, kubectl, helm, CNI plugins) built from pinned sources
+# into _output/bin; see docs/node-e2e.md.
 node-binaries:
 	bash hack/build-node.sh
 
@@ -61,6 +66,17 @@ node-binaries:
 # on fake GPUs, without and with gpuguard. Needs root; skips elsewhere.
 e2e-node: upstream node-binaries
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/node/
+
+# Only the cluster suite: the README's Helm walkthrough, verbatim, with the real
+# helm and kubectl on a whole single-node cluster built from pinned sources
+# (root; skips elsewhere).
+e2e-cluster: upstream node-binaries
+	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/cluster/
+
+# A whole single-node cluster with gpuguard's image loaded, for following the
+# README's "Install with Helm" without a cluster of one's own (root; Ctrl-C stops it).
+cluster: node-binaries
+	$(GO) run ./hack/localcluster
 
 # The leak and the fix side by side, as a table (root).
 demo-node: upstream node-binaries

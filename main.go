@@ -1,5 +1,6 @@
 // Command gpuguard keeps pods from reaching NVIDIA GPUs the scheduler did not give
-// them. Subcommands: check (offline, for CI pipelines), webhook and version.
+// them. Subcommands: check (offline, for CI pipelines), webhook, render-cel, verify
+// (a live cluster's gpuguard, by a dry run) and version.
 package main
 
 import (
@@ -30,6 +31,7 @@ func (e *exitError) Error() string { return e.msg }
 const (
 	exitOK     = 0
 	exitDenied = 1
+	exitFailed = 1 // verify: the cluster did not answer as expected
 	exitUsage  = 2
 )
 
@@ -46,14 +48,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root := &cobra.Command{
 		Use:           "gpuguard",
 		Short:         "Keep pods from reaching NVIDIA GPUs they were not allocated",
-		Long:          "gpuguard keeps pods from reaching NVIDIA GPUs they were not allocated.\nSubcommands: check (offline, for CI), webhook (the admission webhook), version.",
+		Long:          "gpuguard keeps pods from reaching NVIDIA GPUs they were not allocated.\nSubcommands: check (offline, for CI), webhook (the admission webhook), render-cel (the CEL backstop),\nverify (checks a cluster's gpuguard with a dry-run pod), version.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newCheckCommand(), newWebhookCommand(), newRenderCELCommand(), newVersionCommand())
+	root.AddCommand(newCheckCommand(), newWebhookCommand(), newRenderCELCommand(), newVerifyCommand(), newVersionCommand())
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	var ee *exitError

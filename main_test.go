@@ -5,16 +5,22 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuguard/gpuguard/internal/testcerts"
 )
@@ -357,4 +363,155 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+func TestVerifyUsage(t *testing.T) {
+	notYAML := writeFile(t, "broken.kubeconfig", "clusters: [\n")
+	noCluster := writeFile(t, "empty.kubeconfig", "apiVersion: v1\nkind: Config\n")
+	missing := filepath.Join(t.TempDir(), "missing.kubeconfig")
+	for _, tc := range []struct {
+		name string
+		args []string
+		err  string // in stderr
+	}{
+		{"bad expect", []string{"verify", "-n", "team-a", "--expect", "block"}, `--expect "block": use deny, warn, admit`},
+		{"no namespace", []string{"verify", "--kubeconfig", noCluster}, `required flag(s) "namespace" not set`},
+		{"missing kubeconfig", []string{"verify", "-n", "team-a", "--kubeconfig", missing}, "--kubeconfig " + missing + ": stat"},
+		{"kubeconfig not YAML", []string{"verify", "-n", "team-a", "--kubeconfig", notYAML}, "broken.kubeconfig"},
+		{"kubeconfig without a cluster", []string{"verify", "-n", "team-a", "--kubeconfig", noCluster}, "empty.kubeconfig: no cluster configured in it"},
+		{"empty namespace", []string{"verify", "-n", "", "--kubeconfig", noCluster}, "--namespace: name a namespace"},
+		{"zero timeout", []string{"verify", "-n", "team-a", "--kubeconfig", noCluster, "--timeout", "0s"}, "--timeout 0s: must be above zero"},
+		{"argument", []string{"verify", "-n", "team-a", "extra"}, `unknown command "extra"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := gpuguard(t, "", tc.args...)
+			if r.code != 2 || !strings.Contains(r.stderr, tc.err) || r.stdout != "" {
+				t.Errorf("exit %d, want 2 with %q on stderr\nstdout: %s\nstderr: %s", r.code, tc.err, r.stdout, r.stderr)
+			}
+		})
+	}
+}
+
+// apiAnswer is what the fake API server below says to the dry-run create.
+type apiAnswer struct {
+	code    int
+	reason  string // of a Status
+	message string
+	warning string // a Warning header
+	// stripped: the created pod comes back with NVIDIA_VISIBLE_DEVICES=void,
+	// as gpuguard's strip action leaves it.
+	stripped bool
+}
+
+// fakeAPIServer answers pod creations in namespace team-a with a, and records
+// whether the request was the dry run verify must send.
+func fakeAPIServer(t *testing.T, a apiAnswer) (kubeconfig string, dryRun *atomic.Bool) {
+	t.Helper()
+	dryRun = &atomic.Bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		if req.Method != http.MethodPost || req.URL.Path != "/api/v1/namespaces/team-a/pods" {
+			http.NotFound(w, req)
+			return
+		}
+		// The body may be JSON or protobuf; both hold the name as is.
+		dryRun.Store(req.URL.Query().Get("dryRun") == "All" && strings.Contains(string(body), "NVIDIA_VISIBLE_DEVICES"))
+		if a.warning != "" {
+			w.Header().Set("Warning", "299 - "+strconv.Quote(a.warning))
+		}
+		if a.code == http.StatusCreated {
+			if a.stripped {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(a.code)
+				json.NewEncoder(w).Encode(strippedPod())
+				return
+			}
+			w.Header().Set("Content-Type", req.Header.Get("Content-Type"))
+			w.WriteHeader(a.code)
+			w.Write(body)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(a.code)
+		json.NewEncoder(w).Encode(map[string]any{"apiVersion": "v1", "kind": "Status", "status": "Failure",
+			"code": a.code, "reason": a.reason, "message": a.message})
+	}))
+	t.Cleanup(srv.Close)
+	kubeconfig = writeFile(t, "kubeconfig", fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: fake, cluster: {server: %q}}]
+users: [{name: admin, user: {token: t}}]
+contexts: [{name: fake, context: {cluster: fake, user: admin}}]
+current-context: fake
+`, srv.URL))
+	return kubeconfig, dryRun
+}
+
+// strippedPod is verify's pod as gpuguard's strip action admits it.
+func strippedPod() *corev1.Pod {
+	return &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: "gpuguard-verify-x", Namespace: "team-a"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "miner", Image: "busybox",
+			Env: []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"}}}}},
+	}
+}
+
+func TestVerifyJudgesTheAnswer(t *testing.T) {
+	webhookDenial := apiAnswer{403, "Forbidden", `admission webhook "validate.pods.gpuguard.io" denied the request: gpuguard denied this pod (mode enforce)` +
+		"\n- spec.containers[0].env[0] [device-env]: container \"miner\" has no GPU limit", "", false}
+	backstopDenial := apiAnswer{422, "Invalid", `pods "gpuguard-verify-x" is forbidden: ValidatingAdmissionPolicy 'gpuguard-backstop' with binding 'gpuguard-backstop' denied request: gpuguard backstop [device-env]: container miner sets NVIDIA_VISIBLE_DEVICES`, "", false}
+	otherDenial := apiAnswer{403, "Forbidden", `pods "gpuguard-verify-x" is forbidden: violates PodSecurity "restricted:latest"`, "", false}
+	webhookDown := apiAnswer{500, "InternalError", `Internal error occurred: failed calling webhook "validate.pods.gpuguard.io": connection refused`, "", false}
+	warned := apiAnswer{201, "", "", `gpuguard device-env: container "miner" has no GPU limit`, false}
+	created := apiAnswer{201, "", "", "", false}
+	stripped := apiAnswer{201, "", "", `gpuguard device-env: stripped NVIDIA_VISIBLE_DEVICES`, true}
+	for _, tc := range []struct {
+		name   string
+		expect string
+		answer apiAnswer
+		code   int
+		out    []string // in stdout
+	}{
+		{"webhook denial", "deny", webhookDenial, 0, []string{"HTTP 403 Forbidden: admission webhook", "[device-env]", "PASS: gpuguard denied"}},
+		{"backstop denial", "deny", backstopDenial, 0, []string{"HTTP 422 Invalid", "PASS: gpuguard denied"}},
+		{"someone else's denial", "deny", otherDenial, 1, []string{"FAIL: expected gpuguard to deny", `got 403 Forbidden: pods "gpuguard-verify-x" is forbidden: violates PodSecurity`}},
+		{"webhook unreachable", "deny", webhookDown, 1, []string{"FAIL: expected gpuguard to deny", "got 500 InternalError: Internal error occurred: failed calling webhook"}},
+		{"created instead of denied", "deny", warned, 1, []string{"FAIL: expected gpuguard to deny", "got 201 Created (dry run) still with NVIDIA_VISIBLE_DEVICES=all, with warnings: gpuguard device-env"}},
+		{"warning", "warn", warned, 0, []string{"HTTP 201 Created", "Warning: gpuguard device-env", "PASS: gpuguard warned"}},
+		{"no warning", "warn", created, 1, []string{"FAIL: expected gpuguard to warn", "got 201 Created (dry run) still with NVIDIA_VISIBLE_DEVICES=all, with no warnings"}},
+		{"admitted", "admit", created, 0, []string{"PASS: the violating pod was admitted"}},
+		{"denied instead of admitted", "admit", webhookDenial, 1, []string{"FAIL: expected gpuguard to admit", "got 403 Forbidden: admission webhook"}},
+		{"stripped", "strip", stripped, 0, []string{"HTTP 201 Created", "PASS: gpuguard stripped"}},
+		{"admitted unchanged instead of stripped", "strip", warned, 1, []string{"FAIL: expected gpuguard to strip", "still with NVIDIA_VISIBLE_DEVICES=all"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kubeconfig, dryRun := fakeAPIServer(t, tc.answer)
+			r := gpuguard(t, "", "verify", "--kubeconfig", kubeconfig, "--namespace", "team-a", "--expect", tc.expect)
+			if r.code != tc.code {
+				t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", r.code, tc.code, r.stdout, r.stderr)
+			}
+			for _, want := range tc.out {
+				if !strings.Contains(r.stdout, want) {
+					t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+				}
+			}
+			if !dryRun.Load() {
+				t.Error("verify must send a dry-run (dryRun=All) create of a pod with NVIDIA_VISIBLE_DEVICES=all")
+			}
+		})
+	}
+}
+
+func TestVerifyWithoutAnAnswer(t *testing.T) {
+	kubeconfig := writeFile(t, "kubeconfig", fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: gone, cluster: {server: "http://127.0.0.1:%d"}}]
+contexts: [{name: gone, context: {cluster: gone}}]
+current-context: gone
+`, freePort(t)))
+	r := gpuguard(t, "", "verify", "--kubeconfig", kubeconfig, "-n", "team-a")
+	if r.code != 1 || !strings.Contains(r.stdout, "FAIL: expected gpuguard to deny the violating pod in namespace team-a; could not reach the API server at http://127.0.0.1:") {
+		t.Errorf("exit %d, want 1 with a FAIL line naming the unreachable server\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
 }

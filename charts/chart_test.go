@@ -923,3 +923,29 @@ func TestBackstop(t *testing.T) {
 		t.Error("with webhook.failurePolicy=Ignore, no webhook may fail closed")
 	}
 }
+
+// The helm test pod runs gpuguard verify expecting what the policy makes of
+// a violating pod: test.expect auto follows the mode and the action.
+func TestHelmTestExpectation(t *testing.T) {
+	c := loadChart(t)
+	for _, tc := range []struct{ name, values, want string }{
+		{"default", ``, "deny"},
+		{"warn mode", "policy:\n  mode: warn\n", "warn"},
+		{"audit mode", "policy:\n  mode: audit\n", "admit"},
+		{"strip action", "policy:\n  spec:\n    action: strip\n", "strip"},
+		{"strip action, warn mode", "policy:\n  mode: warn\n  spec:\n    action: strip\n", "warn"},
+		{"explicit", "policy:\n  mode: audit\ntest:\n  expect: deny\n", "deny"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := render(t, c, parseValues(t, tc.values))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := one[*corev1.Pod](t, decodeAll(t, docs(r, true)))
+			args := pod.Spec.Containers[0].Args
+			if !slices.Equal(args, []string{"verify", "--namespace", "default", "--expect", tc.want}) {
+				t.Errorf("test pod args %q, want verify expecting %s", args, tc.want)
+			}
+		})
+	}
+}

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Builds the node stack the node end-to-end suite (e2e/node) runs, pinned in
 # hack/versions.env, from the Go module proxy:
-#   kubelet (through hack/build-upstream.sh, same build module as kube-apiserver),
+#   kubelet and the rest of a cluster (through hack/build-upstream.sh with
+#   CLUSTER=1: the same build module as kube-apiserver, helm, CNI plugins),
 #   containerd, containerd-shim-runc-v2 and ctr from github.com/containerd/containerd/v2,
 #   nvidia-container-runtime from github.com/NVIDIA/nvidia-container-toolkit;
-# and installs runc from Debian's packages when it is missing (as root only).
+# and installs runc, nftables and iproute2 from Debian's packages when missing
+# (as root only).
 # Output: _output/bin, with a stamp per binary; built versions are skipped.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,7 +19,7 @@ export GOWORK=off GOFLAGS=-mod=mod
 built() { [ -x "$bin/$1" ] && [ "$(cat "$bin/$1.version" 2>/dev/null)" = "$2" ]; }
 stamp() { echo "$2" > "$bin/$1.version"; echo "built $1 $2"; }
 
-KUBELET=1 bash "$root/hack/build-upstream.sh"
+CLUSTER=1 bash "$root/hack/build-upstream.sh"
 
 # Neither module has replace directives, so `go install pkg@version` builds
 # each binary with exactly the dependency versions upstream released with.
@@ -41,12 +43,19 @@ nct=github.com/NVIDIA/nvidia-container-toolkit
 install_pkg nvidia-container-runtime "$nct/cmd/nvidia-container-runtime" "$NVIDIA_CONTAINER_TOOLKIT_VERSION" 1 "" \
   "-X $nct/internal/info.version=${NVIDIA_CONTAINER_TOOLKIT_VERSION#v}"
 
-if ! command -v runc >/dev/null; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "installing runc from Debian's packages" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q runc >&2 ||
-      { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q runc >&2; }
-  else
-    echo "runc is missing and this is not root: the node suite will skip" >&2
+# From Debian's packages, as root only: runc for containerd, nft for the
+# cluster suite's kube-proxy (nftables mode), ip for its bridge cleanup.
+debian_install() {
+  local cmd=$1 pkg=$2
+  command -v "$cmd" >/dev/null && return
+  if [ "$(id -u)" != 0 ]; then
+    echo "$cmd is missing and this is not root: the node and cluster suites will skip" >&2
+    return
   fi
-fi
+  echo "installing $pkg from Debian's packages" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$pkg" >&2 ||
+    { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$pkg" >&2; }
+}
+debian_install runc runc
+debian_install nft nftables
+debian_install ip iproute2

@@ -2,7 +2,11 @@
 # Builds the upstream binaries the end-to-end suites run, from pinned sources
 # fetched through the Go module proxy (release tarballs are not reachable):
 #   kube-apiserver (and kubelet with KUBELET=1) from k8s.io/kubernetes,
-#   etcd from go.etcd.io/etcd/server/v3.
+#   etcd from go.etcd.io/etcd/server/v3;
+# with CLUSTER=1 also what a whole cluster needs (e2e/cluster):
+#   kube-controller-manager, kube-scheduler, kube-proxy and kubectl,
+#   helm from helm.sh/helm/v3, and the CNI plugins bridge, host-local and
+#   loopback from github.com/containernetworking/plugins.
 # Output: _output/bin, with a stamp per binary; binaries whose pinned version is
 # already built are skipped. KUBEBUILDER_ASSETS=_output/bin points envtest at them.
 set -euo pipefail
@@ -11,7 +15,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/hack/versions.env"
 bin="$root/_output/bin"
 work="$root/_output/build"
-mkdir -p "$bin" "$work"
+mkdir -p "$bin/cni" "$work"
 export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
 
 built() { [ -x "$bin/$1" ] && [ "$(cat "$bin/$1.version" 2>/dev/null)" = "$2" ]; }
@@ -21,7 +25,9 @@ stamp() { echo "$2" > "$bin/$1.version"; echo "built $1 $2"; }
 # module replaces each with the published module of the matching version.
 kube_module() {
   local dir="$work/kubernetes-$KUBERNETES_VERSION"
-  [ -f "$dir/go.sum" ] && { echo "$dir"; return; }
+  # tools.go names every command built from this module; a module made for
+  # fewer commands is made again.
+  [ -f "$dir/go.sum" ] && grep -q '"k8s.io/kubernetes/cmd/kubectl"' "$dir/tools.go" 2>/dev/null && { echo "$dir"; return; }
   mkdir -p "$dir"
   local mod staging_version
   mod=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
@@ -33,7 +39,11 @@ kube_module() {
     grep -oE '^\s+k8s.io/[a-z0-9-]+ => ./staging/' "$mod" | awk -v v="$staging_version" '{print "replace " $1 " => " $1 " " v}'
   } > "$dir/go.mod"
   (cd "$dir" && go mod tidy -e >/dev/null 2>&1 || true
-   printf 'package tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kubelet"\n)\n' > tools.go
+   { printf 'package tools\n\nimport (\n'
+     for c in kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy kubectl; do
+       printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"
+     done
+     printf ')\n'; } > tools.go
    sed -i '1s/^/\/\/go:build tools\n\n/' tools.go
    go mod tidy >&2)
   echo "$dir"
@@ -60,6 +70,29 @@ build_etcd() {
   stamp etcd "$ETCD_VERSION"
 }
 
+# A module of its own per tool, holding exactly the released dependencies.
+build_tool() {
+  local name=$1 module=$2 version=$3 pkg=$4 ldflags=${5:-}
+  built "$name" "$version" && return
+  local dir="$work/$name-$version"
+  mkdir -p "$dir"
+  echo "building $name $version" >&2
+  [ -f "$dir/go.mod" ] || printf 'module gpuguard.test/%sbuild\n\ngo 1.26\n' "$name" > "$dir/go.mod"
+  (cd "$dir" && go get "$module@$version" >&2 &&
+    go build -trimpath -ldflags "-s -w $ldflags" -o "$bin/$name" "$pkg")
+  stamp "$name" "$version"
+}
+
 build_etcd
 build_kube kube-apiserver
-if [ "${KUBELET:-0}" = 1 ]; then build_kube kubelet; fi
+if [ "${KUBELET:-0}" = 1 ] || [ "${CLUSTER:-0}" = 1 ]; then build_kube kubelet; fi
+if [ "${CLUSTER:-0}" = 1 ]; then
+  for c in kube-controller-manager kube-scheduler kube-proxy kubectl; do build_kube "$c"; done
+  build_tool helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
+    "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  # The plugins are found by containerd in a directory of their own.
+  cni=github.com/containernetworking/plugins
+  for p in main/bridge main/loopback ipam/host-local; do
+    build_tool "cni/$(basename "$p")" "$cni" "$CNI_PLUGINS_VERSION" "$cni/plugins/$p"
+  done
+fi

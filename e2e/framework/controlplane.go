@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -12,15 +13,27 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-// ControlPlane is a running etcd and kube-apiserver.
+// ControlPlane is a running etcd and kube-apiserver: envtest's
+// (StartControlPlane) or a whole cluster's (StartClusterControlPlane).
 type ControlPlane struct {
-	env *envtest.Environment
 	// Config is an administrator's, for the tests' own clients.
 	Config *rest.Config
 	Client kubernetes.Interface
 	// AuditLog receives the API server's audit events (JSON lines).
 	AuditLog string
 	dir      string
+
+	// kubeconfig makes a kubeconfig for a user in groups.
+	kubeconfig func(user string, groups ...string) ([]byte, error)
+	// nodeAuthorizer: the API server authorizes kubelets by node identity,
+	// so a kubelet must present one (system:node:NAME in system:nodes).
+	nodeAuthorizer bool
+	// Network is the cluster's pod and service networking; nil where pods
+	// have none of their own (envtest).
+	Network *ClusterNetwork
+	stop    func() error
+	// logs is the directory of the control plane's logs, if it keeps any.
+	logs string
 }
 
 // auditPolicy records request metadata, which carries admission audit annotations.
@@ -50,17 +63,25 @@ func StartControlPlane(assets string) (*ControlPlane, error) {
 	if err := os.WriteFile(policyPath, []byte(auditPolicy), 0o600); err != nil {
 		return nil, err
 	}
-	cp.env = &envtest.Environment{
+	env := &envtest.Environment{
 		BinaryAssetsDirectory:    assets,
 		ControlPlaneStartTimeout: 3 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
 	}
-	args := cp.env.ControlPlane.GetAPIServer().Configure()
+	args := env.ControlPlane.GetAPIServer().Configure()
 	args.Set("audit-log-path", cp.AuditLog)
 	args.Set("audit-policy-file", policyPath)
 	args.Set("audit-log-mode", "blocking")
-	if cp.Config, err = cp.env.Start(); err != nil {
+	if cp.Config, err = env.Start(); err != nil {
 		return nil, fmt.Errorf("starting the control plane: %w", err)
+	}
+	cp.stop = env.Stop
+	cp.kubeconfig = func(user string, groups ...string) ([]byte, error) {
+		u, err := env.AddUser(envtest.User{Name: user, Groups: groups}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return u.KubeConfig()
 	}
 	// Tests that want admission warnings collect them on a client of their own.
 	cp.Config.WarningHandler = rest.NoWarnings{}
@@ -73,16 +94,26 @@ func StartControlPlane(assets string) (*ControlPlane, error) {
 // Kubeconfig writes a kubeconfig for an administrator, for processes such as the
 // webhook, and returns its path.
 func (cp *ControlPlane) Kubeconfig(user string) (string, error) {
-	u, err := cp.env.AddUser(envtest.User{Name: user, Groups: []string{"system:masters"}}, nil)
+	return cp.KubeconfigFor(user, "system:masters")
+}
+
+// KubeconfigFor writes a kubeconfig for user in groups and returns its path.
+func (cp *ControlPlane) KubeconfigFor(user string, groups ...string) (string, error) {
+	data, err := cp.kubeconfig(user, groups...)
 	if err != nil {
 		return "", err
 	}
-	data, err := u.KubeConfig()
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(cp.dir, user+".kubeconfig")
+	path := filepath.Join(cp.dir, strings.ReplaceAll(user, ":", "-")+".kubeconfig")
 	return path, os.WriteFile(path, data, 0o600)
+}
+
+// KubeletKubeconfig writes the kubeconfig a node's kubelet runs with: its
+// node identity where the API server authorizes nodes, else an administrator.
+func (cp *ControlPlane) KubeletKubeconfig(node string) (string, error) {
+	if cp.nodeAuthorizer {
+		return cp.KubeconfigFor("system:node:"+node, "system:nodes")
+	}
+	return cp.Kubeconfig("kubelet-" + node)
 }
 
 // Dir is a scratch directory that lives as long as the control plane.
@@ -90,6 +121,6 @@ func (cp *ControlPlane) Dir() string { return cp.dir }
 
 // Stop stops the control plane and removes its files.
 func (cp *ControlPlane) Stop() error {
-	err := cp.env.Stop()
+	err := cp.stop()
 	return errors.Join(err, os.RemoveAll(cp.dir))
 }

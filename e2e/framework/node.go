@@ -42,7 +42,7 @@ type Node struct {
 	kubeconfig                                        string
 	profile                                           *NodeProfile
 
-	containerd, kubelet, agent *daemon
+	containerd, kubelet, agent, kubeProxy *daemon
 }
 
 // NodeOptions say where things are.
@@ -133,13 +133,25 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.writeConfigs(*n.profile); err != nil {
 		return err
 	}
+	if err := n.writeCNIConfig(); err != nil {
+		return err
+	}
 	if err := n.startContainerd(ctx); err != nil {
 		return err
 	}
-	if err := n.importImages(ctx, images); err != nil {
+	if err := n.ImportImages(ctx, images); err != nil {
 		return err
 	}
-	return n.StartKubelet(ctx)
+	if err := n.StartKubelet(ctx); err != nil {
+		return err
+	}
+	if n.cp.Network == nil {
+		return nil
+	}
+	if err := n.startKubeProxy(ctx); err != nil {
+		return err
+	}
+	return n.cp.WaitNodeReady(ctx, n.Name)
 }
 
 func (n *Node) cdiDir() string { return filepath.Join(n.Root, "cdi") }
@@ -294,8 +306,9 @@ func (n *Node) ctrOutput(ctx context.Context, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// importImages loads the test images, unpacked for the CRI's snapshotter.
-func (n *Node) importImages(ctx context.Context, tarball string) error {
+// ImportImages loads the images of a docker-archive tarball, unpacked for
+// the CRI's snapshotter, as a registry pull would leave them.
+func (n *Node) ImportImages(ctx context.Context, tarball string) error {
 	return n.ctr(ctx, "images", "import", "--snapshotter", "native", tarball)
 }
 
@@ -305,12 +318,12 @@ func (n *Node) Stop(ctx context.Context) error {
 	if n.kubelet != nil && n.containerd != nil {
 		errs = append(errs, n.drain(ctx))
 	}
-	for _, d := range []*daemon{n.agent, n.kubelet, n.containerd} {
+	for _, d := range []*daemon{n.agent, n.kubeProxy, n.kubelet, n.containerd} {
 		errs = append(errs, d.stop(30*time.Second))
 	}
 	killShims(n.Root)
 	unmountUnder(n.Root)
-	errs = append(errs, os.RemoveAll(n.Root), n.releaseDevicePluginDir())
+	errs = append(errs, n.cleanupNetwork(), os.RemoveAll(n.Root), n.releaseDevicePluginDir())
 	return errors.Join(errs...)
 }
 

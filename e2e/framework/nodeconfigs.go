@@ -103,7 +103,7 @@ snapshotter = "native"
 
 # ctr's image import unpacks through the transfer service, which must know it.
 [[plugins.'io.containerd.transfer.v1.local'.unpack_config]]
-platform = "linux/%[13]s"
+platform = "linux/%[14]s"
 snapshotter = "native"
 
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
@@ -116,23 +116,23 @@ restrict_oom_score_adj = %[8]t
 
 [%[6]s.cni]
 conf_dir = %[9]q
-bin_dirs = [%[9]q]
+bin_dirs = [%[10]q]
 
 [%[6]s.containerd]
-default_runtime_name = %[10]q
+default_runtime_name = %[11]q
 
 [%[6]s.containerd.runtimes.runc]
 runtime_type = "io.containerd.runc.v2"
 
 [%[6]s.containerd.runtimes.nvidia]
 runtime_type = "io.containerd.runc.v2"
-pod_annotations = [%[11]s]
+pod_annotations = [%[12]s]
 
 [%[6]s.containerd.runtimes.nvidia.options]
-BinaryName = %[12]q
+BinaryName = %[13]q
 `, filepath.Join(n.Root, "containerd", "root"), filepath.Join(n.Root, "containerd", "state"), n.ContainerdSocket(),
 		filepath.Join(n.Root, "containerd", "opt"), PauseImage, rt, n.cdiDir(), n.restrictOOMScoreAdj,
-		filepath.Join(n.Root, "cni"), defaultRuntime, strings.Join(quoted, ", "),
+		filepath.Join(n.Root, "cni"), filepath.Join(n.assets, "cni"), defaultRuntime, strings.Join(quoted, ", "),
 		filepath.Join(n.assets, "nvidia-container-runtime"), runtime.GOARCH)
 }
 

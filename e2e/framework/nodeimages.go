@@ -5,16 +5,21 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/gpuguard/gpuguard/internal/chartrender"
 )
 
 // Images the node runs. They are built locally and imported into containerd;
@@ -32,6 +37,9 @@ type testImage struct {
 	pkg    string // Go package of the program, relative to the repository
 	binary string // path of the program in the image
 	env    []string
+	// user runs the entrypoint ("uid:gid"); root when empty. A non-root
+	// image also gets an /etc/passwd naming it, as distroless images have.
+	user string
 }
 
 func testImages() []testImage {
@@ -63,8 +71,30 @@ func BuildImages(repoRoot, dir string) (string, error) {
 	return path, tarball.MultiRefWriteToFile(path, refs)
 }
 
+// BuildGPUGuardImage builds gpuguard's image as build/gpuguard.Dockerfile
+// describes it (the static binary at /usr/local/bin/gpuguard, run as the
+// distroless nonroot user 65532), without a container engine, under each
+// of refs, into a docker-archive tarball in dir.
+func BuildGPUGuardImage(repoRoot, dir string, refs ...string) (string, error) {
+	ti := testImage{pkg: ".", binary: "/usr/local/bin/gpuguard", user: "65532:65532"}
+	img, err := ti.build(repoRoot, dir)
+	if err != nil {
+		return "", fmt.Errorf("gpuguard image: %w", err)
+	}
+	tagged := map[name.Reference]v1.Image{}
+	for _, r := range refs {
+		ref, err := name.ParseReference(r)
+		if err != nil {
+			return "", err
+		}
+		tagged[ref] = img
+	}
+	path := filepath.Join(dir, "gpuguard-image.tar")
+	return path, tarball.MultiRefWriteToFile(path, tagged)
+}
+
 func (ti testImage) build(repoRoot, dir string) (v1.Image, error) {
-	bin := filepath.Join(dir, filepath.Base(ti.pkg))
+	bin := filepath.Join(dir, filepath.Base(ti.binary))
 	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, ti.pkg)
 	cmd.Dir = repoRoot
 	// Static, so the image needs no libc.
@@ -72,7 +102,7 @@ func (ti testImage) build(repoRoot, dir string) (v1.Image, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build %s: %w\n%s", ti.pkg, err, out)
 	}
-	layer, err := binaryLayer(bin, ti.binary)
+	layer, err := binaryLayer(bin, ti.binary, ti.user)
 	if err != nil {
 		return nil, err
 	}
@@ -88,33 +118,71 @@ func (ti testImage) build(repoRoot, dir string) (v1.Image, error) {
 	// not matching the platform.
 	cf.OS, cf.Architecture = "linux", runtime.GOARCH
 	cf.Config.Entrypoint = []string{ti.binary}
-	cf.Config.Env = append([]string{"PATH=/"}, ti.env...)
+	cf.Config.Env = append([]string{"PATH=/:" + filepath.Dir(ti.binary)}, ti.env...)
+	cf.Config.User = ti.user
 	return mutate.ConfigFile(img, cf)
 }
 
 // binaryLayer is a layer holding one executable at path, plus the
-// directories runc expects to mount over.
-func binaryLayer(src, path string) (v1.Layer, error) {
+// directories runc expects to mount over, and for a non-root user an
+// /etc/passwd naming it.
+func binaryLayer(src, path, user string) (v1.Layer, error) {
 	data, err := os.ReadFile(src)
 	if err != nil {
 		return nil, err
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	for _, d := range []string{"dev/", "proc/", "sys/", "etc/", "var/", "var/run/", "tmp/"} {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: 0o755}); err != nil {
+	dirs := []string{"dev/", "proc/", "sys/", "etc/", "var/", "var/run/", "tmp/"}
+	for d := filepath.Dir(path[1:]); d != "."; d = filepath.Dir(d) {
+		dirs = append(dirs, d+"/")
+	}
+	slices.Sort(dirs)
+	for _, d := range slices.Compact(dirs) {
+		mode := int64(0o755)
+		if d == "tmp/" {
+			mode = 0o1777
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: mode}); err != nil {
 			return nil, err
 		}
 	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: path[1:], Mode: 0o755, Size: int64(len(data))}); err != nil {
-		return nil, err
+	files := map[string][]byte{path[1:]: data}
+	if uid, gid, ok := strings.Cut(user, ":"); ok && uid != "0" {
+		files["etc/passwd"] = fmt.Appendf(nil, "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%s:%s:nonroot:/home/nonroot:/sbin/nologin\n", uid, gid)
+		files["etc/group"] = fmt.Appendf(nil, "root:x:0:\nnonroot:x:%s:\n", gid)
 	}
-	if _, err := tw.Write(data); err != nil {
-		return nil, err
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		mode := int64(0o644)
+		if name == path[1:] {
+			mode = 0o755
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(files[name]))}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(files[name]); err != nil {
+			return nil, err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return nil, err
 	}
 	raw := buf.Bytes()
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil })
+}
+
+// ChartGPUGuardImage is the gpuguard image reference the chart installs
+// with its default values: the webhook's repository at the chart's appVersion.
+func ChartGPUGuardImage(repoRoot string) (string, error) {
+	c, err := chartrender.Load(filepath.Join(repoRoot, "charts", "gpuguard"))
+	if err != nil {
+		return "", err
+	}
+	webhook, _ := c.Values["webhook"].(map[string]any)
+	image, _ := webhook["image"].(map[string]any)
+	repo, _ := image["repository"].(string)
+	if repo == "" || c.Metadata.AppVersion == "" {
+		return "", fmt.Errorf("the chart has no webhook.image.repository or appVersion")
+	}
+	return repo + ":" + c.Metadata.AppVersion, nil
 }

@@ -16,7 +16,7 @@ import (
 // the node's root.
 func (n *Node) StartKubelet(ctx context.Context) error {
 	if n.kubeconfig == "" {
-		path, err := n.cp.Kubeconfig("kubelet-" + n.Name)
+		path, err := n.cp.KubeletKubeconfig(n.Name)
 		if err != nil {
 			return err
 		}
@@ -26,10 +26,14 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	if err := writeFile(config, n.kubeletConfig()); err != nil {
 		return err
 	}
+	args := []string{"--config", config, "--kubeconfig", n.kubeconfig, "--root-dir", filepath.Join(n.Root, "kubelet"),
+		"--cert-dir", filepath.Join(n.Root, "kubelet-pki"), "--hostname-override", n.Name, "--v", "2"}
+	if n.cp.Network != nil {
+		// The address kube-proxy and the API server know the node by.
+		args = append(args, "--node-ip", n.cp.Network.NodeIP.String())
+	}
 	var err error
-	n.kubelet, err = startDaemon("kubelet", filepath.Join(n.Root, "log"), nil, filepath.Join(n.assets, "kubelet"),
-		"--config", config, "--kubeconfig", n.kubeconfig, "--root-dir", filepath.Join(n.Root, "kubelet"),
-		"--cert-dir", filepath.Join(n.Root, "kubelet-pki"), "--hostname-override", n.Name, "--v", "2")
+	n.kubelet, err = startDaemon("kubelet", filepath.Join(n.Root, "log"), nil, filepath.Join(n.assets, "kubelet"), args...)
 	if err != nil {
 		return err
 	}

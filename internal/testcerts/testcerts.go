@@ -57,28 +57,68 @@ func (ca *CA) Pool() *x509.CertPool {
 // WriteServing writes tls.crt and tls.key for localhost and 127.0.0.1 into dir,
 // replacing any there atomically, as the kubelet updates a mounted Secret.
 func (ca *CA) WriteServing(dir string) error {
+	return ca.WriteLeaf(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), Leaf{
+		CommonName: "localhost", DNSNames: []string{"localhost"},
+		IPs: []net.IP{net.ParseIP("127.0.0.1")}, Server: true,
+	})
+}
+
+// Leaf describes a certificate the CA issues: a server's names, or a client's
+// Kubernetes identity (common name = user, organizations = groups).
+type Leaf struct {
+	CommonName    string
+	Organizations []string
+	DNSNames      []string
+	IPs           []net.IP
+	Server        bool
+	Client        bool
+}
+
+// WriteLeaf issues a certificate valid for a day and writes it and its key,
+// each replaced atomically.
+func (ca *CA) WriteLeaf(certPath, keyPath string, leaf Leaf) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(), Subject: pkix.Name{CommonName: "localhost"},
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		SerialNumber: serial(), Subject: pkix.Name{CommonName: leaf.CommonName, Organization: leaf.Organizations},
+		DNSNames: leaf.DNSNames, IPAddresses: leaf.IPs,
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature,
+	}
+	if leaf.Server {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+	}
+	if leaf.Client {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		return err
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err := WriteKey(keyPath, key); err != nil {
+		return err
+	}
+	return WriteAtomic(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
+// WriteKey writes a private key in PEM, replacing any file there atomically.
+func WriteKey(path string, key *ecdsa.PrivateKey) error {
+	der, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		return err
 	}
-	if err := WriteAtomic(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})); err != nil {
+	return WriteAtomic(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}))
+}
+
+// WriteKeyPair writes the CA's certificate and key, for components that sign
+// with it (a controller manager issuing certificates for CSRs).
+func (ca *CA) WriteKeyPair(certPath, keyPath string) error {
+	if err := WriteKey(keyPath, ca.key); err != nil {
 		return err
 	}
-	return WriteAtomic(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	return WriteAtomic(certPath, ca.PEM)
 }
 
 // WriteAtomic replaces a file by renaming a complete temporary file over it.

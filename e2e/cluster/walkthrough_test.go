@@ -1,0 +1,248 @@
+//go:build e2e
+
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
+)
+
+// outcome judges one command's output and error; it says what is wrong, or "".
+type outcome func(out string, err error) string
+
+// step is a walkthrough block of the README (marked
+// `<!-- walkthrough: NAME -->`), one outcome per command, and what must hold
+// in the cluster afterwards.
+type step struct {
+	block string
+	want  []outcome
+	after func(t *testing.T)
+}
+
+// walkthrough is the README's "Install with Helm" section as a newcomer
+// follows it. A changed number of commands fails the test: a README edit
+// must come with its expected outcome here.
+var walkthrough = []step{
+	{block: "install", want: []outcome{succeeds, succeeds, succeeds, outputMatches(`Phase:\s+Succeeded`)},
+		after: webhookServedFromPods},
+	{block: "see-it-work", want: []outcome{succeeds, deniedBy("device-env"),
+		outputMatches(`"name":"NVIDIA_VISIBLE_DEVICES","value":"void"`)}},
+	{block: "upgrade", want: []outcome{succeeds}, after: webhookServedFromPods},
+	{block: "uninstall", want: []outcome{succeeds}, after: nothingLeftBlocking},
+}
+
+// TestREADMEWalkthrough runs the README's Helm commands verbatim, with the
+// real helm and kubectl, on a cluster that has nothing of gpuguard but its
+// image: from `helm install` to a denied violating pod, and back out.
+func TestREADMEWalkthrough(t *testing.T) {
+	// Without gpuguard, the violating pod is admitted: the denial below is
+	// gpuguard's doing.
+	if err := dryRunViolatingPod(t, metav1.NamespaceDefault); err != nil {
+		t.Fatalf("before install, the violating pod should be admitted: %v", err)
+	}
+	blocks, err := readmeBlocks(filepath.Join(s.root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := newShell(t)
+	for _, st := range walkthrough {
+		cmds, ok := blocks[st.block]
+		if !ok {
+			t.Fatalf("README has no block marked <!-- walkthrough: %s -->", st.block)
+		}
+		if len(cmds) != len(st.want) {
+			t.Fatalf("README block %q has %d commands, the test expects %d: update walkthrough in %s\n%s",
+				st.block, len(cmds), len(st.want), "e2e/cluster/walkthrough_test.go", strings.Join(cmds, "\n"))
+		}
+		for i, cmd := range cmds {
+			out, err := sh.run(cmd)
+			if msg := st.want[i](out, err); msg != "" {
+				t.Fatalf("README %s: `%s`: %s\noutput:\n%s\n%s", st.block, cmd, msg, out, s.node.LogTails())
+			}
+			t.Logf("README %s: `%s`: ok", st.block, cmd)
+		}
+		if st.after != nil {
+			st.after(t)
+		}
+	}
+}
+
+func succeeds(out string, err error) string {
+	if err != nil {
+		return fmt.Sprintf("failed: %v", err)
+	}
+	return ""
+}
+
+func outputMatches(pattern string) outcome {
+	re := regexp.MustCompile(pattern)
+	return func(out string, err error) string {
+		if err != nil {
+			return fmt.Sprintf("failed: %v", err)
+		}
+		if !re.MatchString(out) {
+			return fmt.Sprintf("output does not match %q", pattern)
+		}
+		return ""
+	}
+}
+
+// deniedBy wants the command refused by gpuguard's webhook, naming rule.
+func deniedBy(rule string) outcome {
+	return func(out string, err error) string {
+		if err == nil {
+			return "succeeded; gpuguard should have denied it"
+		}
+		if !strings.Contains(out, "denied the request") || !strings.Contains(out, rule) {
+			return fmt.Sprintf("failed, but not with a gpuguard denial naming rule %s", rule)
+		}
+		return ""
+	}
+}
+
+// webhookServedFromPods checks that the webhook runs as the chart's pods on
+// the pod network: its Service's endpoints are pod addresses.
+func webhookServedFromPods(t *testing.T) {
+	ctx := context.Background()
+	_, pods, _ := net.ParseCIDR(s.cp.Network.PodCIDR)
+	slices, err := s.cp.Client.DiscoveryV1().EndpointSlices("gpuguard").List(ctx, metav1.ListOptions{
+		LabelSelector: "kubernetes.io/service-name=gpuguard-webhook"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ready int
+	for _, sl := range slices.Items {
+		for _, ep := range sl.Endpoints {
+			if ep.Conditions.Ready != nil && *ep.Conditions.Ready && len(ep.Addresses) > 0 && pods.Contains(net.ParseIP(ep.Addresses[0])) {
+				ready++
+			}
+		}
+	}
+	if ready < 2 {
+		t.Fatalf("want at least 2 ready webhook endpoints on the pod network %s, got %d: %+v", pods, ready, slices.Items)
+	}
+}
+
+// nothingLeftBlocking checks that `helm uninstall` leaves no webhook
+// configuration behind, and that the garbage collector removes the CEL
+// backstop the webhook made (owned by the validating webhook
+// configuration): the violating pod is admitted again.
+func nothingLeftBlocking(t *testing.T) {
+	ctx := context.Background()
+	reg := s.cp.Client.AdmissionregistrationV1()
+	vwcs, err := reg.ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mwcs, err := reg.MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(vwcs.Items) + len(mwcs.Items); n != 0 {
+		t.Fatalf("after helm uninstall, %d webhook configurations are left", n)
+	}
+	var lastErr error
+	err = framework.Poll(ctx, time.Minute, func() (bool, error) {
+		lastErr = dryRunViolatingPod(t, "gpuguard-demo")
+		return lastErr == nil, nil
+	})
+	if err != nil {
+		vaps, _ := reg.ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{})
+		t.Fatalf("after helm uninstall, the violating pod should be admitted: %v\n%d validating admission policies left", lastErr, len(vaps.Items))
+	}
+}
+
+// dryRunViolatingPod asks the API server to admit, without creating, a pod
+// with NVIDIA_VISIBLE_DEVICES=all and no GPU limit.
+func dryRunViolatingPod(t *testing.T, ns string) error {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "miner"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "miner", Image: "busybox",
+			Env: []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}}}},
+	}
+	_, err := s.cp.Client.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	return err
+}
+
+// readmeBlocks returns the commands of each marked shell block of the
+// README, continuation lines joined, comment lines left out.
+func readmeBlocks(path string) (map[string][]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	marker := regexp.MustCompile(`^<!-- walkthrough: ([a-z-]+)\b.*-->$`)
+	blocks := map[string][]string{}
+	var name, pending string
+	inBlock := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case !inBlock && marker.MatchString(line):
+			name = marker.FindStringSubmatch(line)[1]
+		case name != "" && !inBlock && strings.HasPrefix(line, "```"):
+			inBlock = true
+		case inBlock && strings.HasPrefix(line, "```"):
+			inBlock, name = false, ""
+		case inBlock:
+			trimmed := strings.TrimSpace(line)
+			if trimmed == "" || strings.HasPrefix(trimmed, "#") {
+				continue
+			}
+			if cont, ok := strings.CutSuffix(trimmed, `\`); ok {
+				pending += cont
+				continue
+			}
+			blocks[name] = append(blocks[name], pending+trimmed)
+			pending = ""
+		}
+	}
+	return blocks, sc.Err()
+}
+
+// shell runs commands as a newcomer's terminal would: helm and kubectl on
+// PATH, KUBECONFIG set, in the repository root.
+type shell struct {
+	t   *testing.T
+	env []string
+}
+
+func newShell(t *testing.T) *shell {
+	kubeconfig, err := s.cp.Kubeconfig("newcomer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	return &shell{t: t, env: []string{
+		"PATH=" + s.assets + ":" + os.Getenv("PATH"),
+		"KUBECONFIG=" + kubeconfig,
+		// helm keeps its cache and configuration under HOME.
+		"HOME=" + home,
+	}}
+}
+
+func (sh *shell) run(command string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", command)
+	cmd.Dir = s.root
+	cmd.Env = sh.env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}

@@ -1,0 +1,83 @@
+// Command localcluster runs a whole single-node Kubernetes cluster on this
+// machine, built from the pinned sources (make node-binaries), with
+// gpuguard's image already in the node's containerd, so that the README's
+// "Install with Helm" can be followed without a cluster of one's own.
+// It writes _output/kubeconfig, prints what to export, and runs until
+// interrupted; then it stops everything and removes what it made. Needs root.
+//
+//	make cluster     # or: go run ./hack/localcluster
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "localcluster:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	if err := framework.NodeReadiness(); err != nil {
+		return fmt.Errorf("this machine cannot run a node: %w", err)
+	}
+	root, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(root, "charts", "gpuguard")); err != nil {
+		return errors.New("run it from the repository root")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Println("Starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd, kubelet and kube-proxy...")
+	lc, err := framework.StartLocalCluster(ctx, root, "node-1")
+	if err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(root, "_output", "kubeconfig")
+	err = writeKubeconfig(lc, kubeconfig)
+	if err == nil {
+		fmt.Printf(`
+The cluster is up: one node, a pod network, gpuguard's image loaded (no GPUs
+the chart's agent can use). In another terminal, from the repository root:
+
+  export KUBECONFIG=%s PATH=%s:$PATH
+
+then follow "Install with Helm" in the README. Ctrl-C stops the cluster and
+removes what it made.
+`, kubeconfig, lc.Assets)
+		<-ctx.Done()
+		fmt.Println("\nStopping the cluster...")
+	}
+	return errors.Join(err, lc.Stop(context.Background()), removeIfExists(kubeconfig))
+}
+
+func writeKubeconfig(lc *framework.LocalCluster, path string) error {
+	admin, err := lc.CP.Kubeconfig("local-admin")
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(admin)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o600)
+}
+
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}
