@@ -193,6 +193,7 @@ func TestCheckExitStatus(t *testing.T) {
 		{"bad output", plainPod, []string{"check", "-o", "yaml", "-"}, 2, "", `-o "yaml": use text or json`},
 		{"bad mode", plainPod, []string{"check", "--mode", "strict", "-"}, 2, "", `--mode "strict"`},
 		{"unknown flag", "", []string{"check", "--colour", "-"}, 2, "", "unknown flag: --colour"},
+		{"cert dir without a Secret", "", []string{"webhook", "--policy-file", "--write-cert-dir"}, 2, "", "--write-cert-dir writes the certificates of --cert-secret"},
 		{"version", "", []string{"version"}, 0, "gpuguard ", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -513,5 +514,26 @@ current-context: gone
 	r := gpuguard(t, "", "verify", "--kubeconfig", kubeconfig, "-n", "team-a")
 	if r.code != 1 || !strings.Contains(r.stdout, "FAIL: expected gpuguard to deny the violating pod in namespace team-a; could not reach the API server at http://127.0.0.1:") {
 		t.Errorf("exit %d, want 1 with a FAIL line naming the unreachable server\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// The container gets the last of several entries, as the kubelet builds it.
+func TestGrantsAllGPUsLastEntryWins(t *testing.T) {
+	env := func(values ...string) *corev1.Pod {
+		c := corev1.Container{Name: "c"}
+		for _, v := range values {
+			c.Env = append(c.Env, corev1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: v})
+		}
+		return &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}
+	}
+	for _, tc := range []struct {
+		pod  *corev1.Pod
+		want bool
+	}{
+		{env("all"), true}, {env("all", "void"), false}, {env("void", "all"), true}, {env(), false}, {nil, false},
+	} {
+		if got := grantsAllGPUs(tc.pod); got != tc.want {
+			t.Errorf("grantsAllGPUs(%v) = %v, want %v", tc.pod, got, tc.want)
+		}
 	}
 }

@@ -252,17 +252,22 @@ func (o *verifyOptions) judge(a answer) (string, bool) {
 	return "", false
 }
 
-// grantsAllGPUs reports whether the admitted pod's container still asks the
-// NVIDIA runtime for every GPU.
+// grantsAllGPUs reports whether a container of the admitted pod still asks
+// the NVIDIA runtime for every GPU: of several entries of the variable, the
+// last one is what the container gets.
 func grantsAllGPUs(pod *corev1.Pod) bool {
 	if pod == nil {
 		return false
 	}
 	for _, c := range pod.Spec.Containers {
+		effective := ""
 		for _, e := range c.Env {
-			if e.Name == "NVIDIA_VISIBLE_DEVICES" && e.Value == "all" {
-				return true
+			if e.Name == "NVIDIA_VISIBLE_DEVICES" {
+				effective = e.Value
 			}
+		}
+		if effective == "all" {
+			return true
 		}
 	}
 	return false

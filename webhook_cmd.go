@@ -45,7 +45,10 @@ and --policy-file alone uses the built-in default policy.
 
 Certificates come from --cert-dir (reloaded when the files change), or are managed
 by gpuguard itself with --cert-secret: a CA and serving certificate kept in that
-Secret, rotated, with the CA bundle written into the named webhook configurations.`,
+Secret, rotated, with the CA bundle written into the named webhook configurations;
+with --write-cert-dir the webhook also writes them into --cert-dir itself, so a
+new replica is ready in seconds rather than when the kubelet next refreshes a
+mounted Secret.`,
 		Example: `  gpuguard webhook --policy-file --cert-dir ./certs
   gpuguard webhook --policy-configmap gpuguard/gpuguard-policy \
     --cert-secret gpuguard/gpuguard-webhook-tls --service-name gpuguard-webhook \
@@ -81,6 +84,7 @@ Secret, rotated, with the CA bundle written into the named webhook configuration
 	fl.StringVar(&o.MutatingConfig, "mutating-webhook-configuration", "", "MutatingWebhookConfiguration to inject the CA bundle into")
 	fl.StringVar(&o.ValidatingConfig, "validating-webhook-configuration", "", "ValidatingWebhookConfiguration to inject the CA bundle into (self-managed certificates), and owner of the CEL backstop, which goes with it")
 	fl.StringSliceVar(&o.ExtraDNSNames, "extra-dns-names", nil, "more DNS names for the serving certificate (e.g. localhost)")
+	fl.BoolVar(&o.WriteCertDir, "write-cert-dir", false, "with --cert-secret: write the Secret's certificate and key into --cert-dir (writable, e.g. an emptyDir) as they change, rather than wait for the kubelet to refresh a mounted Secret (a minute or more)")
 	fl.BoolVar(&f.backstop, "cel-backstop", false, "keep the policy's CEL backstop (ValidatingAdmissionPolicy and MutatingAdmissionPolicy) applied in the cluster")
 	fl.StringVar(&f.backstopOptions.Name, "cel-backstop-name", cel.DefaultName, "name of the CEL backstop's policies and bindings")
 	fl.StringArrayVar(&f.backstopOptions.ExcludedNamespaces, "cel-backstop-exclude-namespace", nil, "namespace the CEL backstop leaves out (repeatable; kube-system and kube-node-lease always are)")
@@ -115,6 +119,9 @@ func (f *webhookFlags) run(cmd *cobra.Command) error {
 		if f.opts.CertSecret, err = namespacedName("--cert-secret", f.certSecret); err != nil {
 			return &exitError{exitUsage, err.Error()}
 		}
+	}
+	if f.opts.WriteCertDir && f.certSecret == "" {
+		return &exitError{exitUsage, "--write-cert-dir writes the certificates of --cert-secret; name the Secret"}
 	}
 	return webhook.Run(cmd.Context(), f.opts)
 }

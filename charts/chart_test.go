@@ -583,18 +583,26 @@ func TestWorkloads(t *testing.T) {
 				t.Errorf("--cert-secret must be set exactly in self-managed mode: %q", args)
 			}
 			if selfManaged {
-				for _, want := range []string{"--cert-secret=" + namespace + "/gpuguard-webhook-tls", "--mutating-webhook-configuration=gpuguard", "--validating-webhook-configuration=gpuguard"} {
+				for _, want := range []string{"--cert-secret=" + namespace + "/gpuguard-webhook-tls", "--write-cert-dir", "--mutating-webhook-configuration=gpuguard", "--validating-webhook-configuration=gpuguard"} {
 					if !strings.Contains(args, want) {
 						t.Errorf("self-managed: webhook args lack %s", want)
 					}
 				}
 			}
-			wantSecret := "gpuguard-webhook-tls"
-			if rc.name == "existing-secret" {
-				wantSecret = "corp-webhook-tls"
+			// Self-managed: the webhook writes the files from its Secret into
+			// a writable emptyDir; otherwise the kubelet mounts the Secret.
+			wantSecret := map[string]string{"existing-secret": "corp-webhook-tls"}[rc.name]
+			if wantSecret == "" && !selfManaged {
+				wantSecret = "gpuguard-webhook-tls"
 			}
-			if v := ps.Volumes[0]; v.Secret == nil || v.Secret.SecretName != wantSecret {
-				t.Errorf("certificate volume = %+v, want Secret %s", v, wantSecret)
+			v, mount := ps.Volumes[0], ct.VolumeMounts[0]
+			switch {
+			case v.Name != "certs" || mount.Name != "certs":
+				t.Errorf("first volume and mount must be the certificates: %s, %s", v.Name, mount.Name)
+			case selfManaged && (v.EmptyDir == nil || mount.ReadOnly):
+				t.Errorf("self-managed: certificate volume = %+v (read-only %v), want a writable emptyDir", v.VolumeSource, mount.ReadOnly)
+			case !selfManaged && (v.Secret == nil || v.Secret.SecretName != wantSecret || !mount.ReadOnly):
+				t.Errorf("certificate volume = %+v (read-only %v), want Secret %s read-only", v.VolumeSource, mount.ReadOnly, wantSecret)
 			}
 			secrets := findAll[*corev1.Secret](objs)
 			if (len(secrets) == 1) != selfManaged || (selfManaged && len(secrets[0].Data)+len(secrets[0].StringData) != 0) {

@@ -213,9 +213,8 @@ func TestSelfManagedCertificates(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: secret, Namespace: releaseNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	stopSync := framework.SyncSecretToDir(ctx, s.cp.Client, releaseNS, secret, certDir)
-	defer stopSync()
-	wh.Extra = []string{"--cert-secret", releaseNS + "/" + secret, "--service-name", "gpuguard-webhook",
+	// No kubelet mounts the Secret here: the webhook writes its files itself.
+	wh.Extra = []string{"--cert-secret", releaseNS + "/" + secret, "--write-cert-dir", "--service-name", "gpuguard-webhook",
 		"--mutating-webhook-configuration", configs.Mutating.Name, "--extra-dns-names", "localhost"}
 	if err := wh.Start(releaseNS + "/" + policyName); err != nil {
 		t.Fatal(err)

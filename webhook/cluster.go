@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/client-go/kubernetes"
 	"net/http"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
@@ -97,6 +98,15 @@ func runInCluster(ctx context.Context, o Options) error {
 func addWebhookServer(mgr manager.Manager, srv manager.Runnable, o Options) error {
 	if o.CertSecret.Name == "" {
 		return mgr.Add(srv)
+	}
+	if o.WriteCertDir {
+		client, err := kubernetes.NewForConfig(mgr.GetConfig())
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(newCertDirWriter(client, o)); err != nil {
+			return err
+		}
 	}
 	ready := make(chan struct{})
 	var webhooks []rotator.WebhookInfo

@@ -60,6 +60,10 @@ type Options struct {
 	ServiceName                      string
 	MutatingConfig, ValidatingConfig string
 	ExtraDNSNames                    []string
+	// WriteCertDir writes CertSecret's certificate and key into CertDir (which
+	// must then be writable) as soon as they change, instead of waiting for
+	// the kubelet to refresh a mounted Secret.
+	WriteCertDir bool
 
 	// CELBackstop keeps the policy's CEL backstop applied in the cluster, named
 	// CELBackstop.Name and leaving out CELBackstop.ExcludedNamespaces.

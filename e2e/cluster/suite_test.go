@@ -4,7 +4,8 @@
 // kube-apiserver, kube-controller-manager, kube-scheduler, a kubelet on
 // containerd and runc, kube-proxy, a CNI bridge), all built from pinned
 // sources, where the README's Helm walkthrough runs command by command with
-// the real helm and kubectl. See docs/node-e2e.md.
+// the real helm and kubectl, then the whole chart serves the node's fake GPUs
+// to pods the scheduler places. See docs/cluster-e2e.md.
 package cluster
 
 import (

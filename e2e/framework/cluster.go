@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -90,6 +91,22 @@ func (c *controlPlaneProcesses) stop() error {
 	for i := len(c.daemons) - 1; i >= 0; i-- {
 		errs = append(errs, c.daemons[i].stop(30*time.Second))
 	}
+	c.daemons = nil
+	return errors.Join(errs...)
+}
+
+// stopNamed stops the named daemons and forgets them.
+func (c *controlPlaneProcesses) stopNamed(names ...string) error {
+	var errs []error
+	kept := c.daemons[:0]
+	for _, d := range c.daemons {
+		if slices.Contains(names, d.name) {
+			errs = append(errs, d.stop(30*time.Second))
+			continue
+		}
+		kept = append(kept, d)
+	}
+	c.daemons = kept
 	return errors.Join(errs...)
 }
 
@@ -116,6 +133,7 @@ func StartClusterControlPlane(ctx context.Context, assets string) (*ControlPlane
 	procs := &controlPlaneProcesses{logDir: filepath.Join(dir, "log")}
 	cp := &ControlPlane{dir: dir, nodeAuthorizer: true, Network: &network, logs: procs.logDir}
 	cp.stop = procs.stop
+	cp.stopControllers = func() error { return procs.stopNamed("kube-controller-manager", "kube-scheduler") }
 	if err := cp.startCluster(ctx, assets, procs); err != nil {
 		return nil, errors.Join(fmt.Errorf("%w\n%s", err, cp.LogTails()), cp.Stop())
 	}

@@ -32,6 +32,9 @@ type ControlPlane struct {
 	// have none of their own (envtest).
 	Network *ClusterNetwork
 	stop    func() error
+	// stopControllers stops what recreates or reschedules pods, so that a
+	// node can be drained for good; nil where nothing does (envtest).
+	stopControllers func() error
 	// logs is the directory of the control plane's logs, if it keeps any.
 	logs string
 }
@@ -114,6 +117,15 @@ func (cp *ControlPlane) KubeletKubeconfig(node string) (string, error) {
 		return cp.KubeconfigFor("system:node:"+node, "system:nodes")
 	}
 	return cp.Kubeconfig("kubelet-" + node)
+}
+
+// StopControllers stops the controller manager and the scheduler, if the
+// control plane runs them: pods deleted afterwards stay deleted.
+func (cp *ControlPlane) StopControllers() error {
+	if cp.stopControllers == nil {
+		return nil
+	}
+	return cp.stopControllers()
 }
 
 // Dir is a scratch directory that lives as long as the control plane.

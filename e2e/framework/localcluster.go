@@ -9,13 +9,17 @@ import (
 // LocalCluster is a whole single-node cluster on this machine, built from
 // the pinned sources: a kubeadm-like control plane, a node with a pod network
 // and kube-proxy, and gpuguard's image in the node's containerd under the
-// reference the chart installs by default, as if pulled. It has no GPUs the
-// chart's agent can use: the agent needs the NVIDIA driver, and its
-// DaemonSet selects nodes labelled nvidia.com/gpu.present=true.
+// references the chart installs by default, as if pulled, and the agent's
+// image beside it. The node has the node suite's fake GPUs; the chart's agent
+// DaemonSet selects nodes labelled nvidia.com/gpu.present=true, which the node
+// is not until a test labels it, and serves them only with the mock backend
+// (no NVIDIA driver here).
 type LocalCluster struct {
 	CP     *ControlPlane
 	Node   *Node
 	Assets string
+	// Images are the chart's default image references, loaded in the node.
+	Images ChartImages
 }
 
 // StartLocalCluster starts a LocalCluster with the programs in
@@ -38,27 +42,33 @@ func StartLocalCluster(ctx context.Context, repoRoot, nodeName string) (*LocalCl
 	if err != nil {
 		return nil, errors.Join(err, cp.Stop())
 	}
-	if err := lc.loadGPUGuardImage(ctx, repoRoot); err != nil {
+	if err := lc.loadImages(ctx, repoRoot); err != nil {
 		return nil, errors.Join(err, lc.Stop(ctx))
 	}
 	return lc, nil
 }
 
-// loadGPUGuardImage builds gpuguard's image and puts it in the node's
-// containerd, as a pull from the registry would.
-func (lc *LocalCluster) loadGPUGuardImage(ctx context.Context, repoRoot string) error {
-	ref, err := ChartGPUGuardImage(repoRoot)
+// loadImages builds gpuguard's and the agent's images and puts them in the
+// node's containerd, as a pull from the registry would.
+func (lc *LocalCluster) loadImages(ctx context.Context, repoRoot string) error {
+	refs, err := ChartDefaultImages(repoRoot)
 	if err != nil {
 		return err
 	}
-	tarball, err := BuildGPUGuardImage(repoRoot, lc.Node.Root, ref)
+	lc.Images = refs
+	gpuguard, err := BuildGPUGuardImage(repoRoot, lc.Node.Root, refs.GPUGuard)
 	if err != nil {
 		return err
 	}
-	return lc.Node.ImportImages(ctx, tarball)
+	agent, err := BuildAgentImage(repoRoot, lc.Node.Root, refs.Agent)
+	if err != nil {
+		return err
+	}
+	return errors.Join(lc.Node.ImportImages(ctx, gpuguard), lc.Node.ImportImages(ctx, agent))
 }
 
-// Stop stops the node (its pods first) and the control plane.
+// Stop stops the controllers, so that no pod comes back, then the node (its
+// pods first), then the rest of the control plane.
 func (lc *LocalCluster) Stop(ctx context.Context) error {
-	return errors.Join(lc.Node.Stop(ctx), lc.CP.Stop())
+	return errors.Join(lc.CP.StopControllers(), lc.Node.Stop(ctx), lc.CP.Stop())
 }

@@ -89,3 +89,18 @@ func parseMetrics(r io.Reader) (map[string]float64, error) {
 	}
 	return out, sc.Err()
 }
+
+// ChartAgentArgs are the extra arguments the chart's agent DaemonSet needs
+// on this node (agent.extraArgs): the mock backend, since no NVIDIA driver
+// is here; the node's toolkit and containerd configs, which live under its
+// root rather than /etc; the toolkit's version, since nvidia-ctk is not
+// installed; and quick retries, for a test.
+func (n *Node) ChartAgentArgs() []string {
+	return []string{"--backend=mock:" + MockSystem, "--toolkit-config=" + n.toolkitConfigPath(),
+		"--containerd-config=" + n.containerdConfigPath(), "--toolkit-version=" + n.toolkitVersion,
+		"--retry-interval=2s"}
+}
+
+// CDIDir is the node's CDI spec directory, which containerd and the NVIDIA
+// runtime read.
+func (n *Node) CDIDir() string { return n.cdiDir() }

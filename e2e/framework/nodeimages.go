@@ -81,6 +81,11 @@ func BuildGPUGuardImage(repoRoot, dir string, refs ...string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("gpuguard image: %w", err)
 	}
+	return writeTagged(img, filepath.Join(dir, "gpuguard-image.tar"), refs)
+}
+
+// writeTagged writes img under each of refs into a docker-archive tarball.
+func writeTagged(img v1.Image, path string, refs []string) (string, error) {
 	tagged := map[name.Reference]v1.Image{}
 	for _, r := range refs {
 		ref, err := name.ParseReference(r)
@@ -89,7 +94,6 @@ func BuildGPUGuardImage(repoRoot, dir string, refs ...string) (string, error) {
 		}
 		tagged[ref] = img
 	}
-	path := filepath.Join(dir, "gpuguard-image.tar")
 	return path, tarball.MultiRefWriteToFile(path, tagged)
 }
 
@@ -102,10 +106,15 @@ func (ti testImage) build(repoRoot, dir string) (v1.Image, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build %s: %w\n%s", ti.pkg, err, out)
 	}
-	layer, err := binaryLayer(bin, ti.binary, ti.user)
+	layer, err := binaryLayer(bin, ti.binary, ti.user, nil)
 	if err != nil {
 		return nil, err
 	}
+	return imageOf(layer, ti)
+}
+
+// imageOf is a one-layer image running ti's binary as ti's user.
+func imageOf(layer v1.Layer, ti testImage) (v1.Image, error) {
 	img, err := mutate.AppendLayers(empty.Image, layer)
 	if err != nil {
 		return nil, err
@@ -123,10 +132,10 @@ func (ti testImage) build(repoRoot, dir string) (v1.Image, error) {
 	return mutate.ConfigFile(img, cf)
 }
 
-// binaryLayer is a layer holding one executable at path, plus the
-// directories runc expects to mount over, and for a non-root user an
-// /etc/passwd naming it.
-func binaryLayer(src, path, user string) (v1.Layer, error) {
+// binaryLayer is a layer holding one executable at path, the extra files
+// (by path without the leading slash), the directories runc expects to
+// mount over, and for a non-root user an /etc/passwd naming it.
+func binaryLayer(src, path, user string, extra map[string][]byte) (v1.Layer, error) {
 	data, err := os.ReadFile(src)
 	if err != nil {
 		return nil, err
@@ -134,8 +143,10 @@ func binaryLayer(src, path, user string) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dirs := []string{"dev/", "proc/", "sys/", "etc/", "var/", "var/run/", "tmp/"}
-	for d := filepath.Dir(path[1:]); d != "."; d = filepath.Dir(d) {
-		dirs = append(dirs, d+"/")
+	for _, f := range append(slices.Collect(maps.Keys(extra)), path[1:]) {
+		for d := filepath.Dir(f); d != "."; d = filepath.Dir(d) {
+			dirs = append(dirs, d+"/")
+		}
 	}
 	slices.Sort(dirs)
 	for _, d := range slices.Compact(dirs) {
@@ -148,14 +159,15 @@ func binaryLayer(src, path, user string) (v1.Layer, error) {
 		}
 	}
 	files := map[string][]byte{path[1:]: data}
+	maps.Copy(files, extra)
 	if uid, gid, ok := strings.Cut(user, ":"); ok && uid != "0" {
 		files["etc/passwd"] = fmt.Appendf(nil, "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%s:%s:nonroot:/home/nonroot:/sbin/nologin\n", uid, gid)
 		files["etc/group"] = fmt.Appendf(nil, "root:x:0:\nnonroot:x:%s:\n", gid)
 	}
 	for _, name := range slices.Sorted(maps.Keys(files)) {
-		mode := int64(0o644)
-		if name == path[1:] {
-			mode = 0o755
+		mode := int64(0o755)
+		if strings.HasPrefix(name, "etc/") {
+			mode = 0o644
 		}
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(files[name]))}); err != nil {
 			return nil, err
@@ -171,18 +183,80 @@ func binaryLayer(src, path, user string) (v1.Layer, error) {
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil })
 }
 
-// ChartGPUGuardImage is the gpuguard image reference the chart installs
-// with its default values: the webhook's repository at the chart's appVersion.
-func ChartGPUGuardImage(repoRoot string) (string, error) {
+// ChartImages are the image references the chart installs with its
+// default values: the webhook's and the agent's repositories at the chart's
+// appVersion.
+type ChartImages struct{ GPUGuard, Agent string }
+
+// ChartDefaultImages reads ChartImages from the chart.
+func ChartDefaultImages(repoRoot string) (ChartImages, error) {
 	c, err := chartrender.Load(filepath.Join(repoRoot, "charts", "gpuguard"))
+	if err != nil {
+		return ChartImages{}, err
+	}
+	repo := func(component string) string {
+		values, _ := c.Values[component].(map[string]any)
+		image, _ := values["image"].(map[string]any)
+		r, _ := image["repository"].(string)
+		return r
+	}
+	gpuguard, agent, version := repo("webhook"), repo("agent"), c.Metadata.AppVersion
+	if gpuguard == "" || agent == "" || version == "" {
+		return ChartImages{}, fmt.Errorf("the chart lacks webhook.image.repository, agent.image.repository or appVersion")
+	}
+	return ChartImages{GPUGuard: gpuguard + ":" + version, Agent: agent + ":" + version}, nil
+}
+
+// BuildAgentImage builds the agent's image as build/gpuguard-agent.Dockerfile
+// describes it (the cgo binary at /usr/local/bin/gpuguard-agent on glibc, run
+// as root), without a container engine: the glibc is this machine's, the
+// libraries the binary links as ldd lists them. The driver's NVML library is
+// not in it, as in the real image; the mock backend needs none.
+func BuildAgentImage(repoRoot, dir string, refs ...string) (string, error) {
+	bin, err := BuildAgent(repoRoot, dir)
 	if err != nil {
 		return "", err
 	}
-	webhook, _ := c.Values["webhook"].(map[string]any)
-	image, _ := webhook["image"].(map[string]any)
-	repo, _ := image["repository"].(string)
-	if repo == "" || c.Metadata.AppVersion == "" {
-		return "", fmt.Errorf("the chart has no webhook.image.repository or appVersion")
+	libs, err := linkedLibraries(bin)
+	if err != nil {
+		return "", err
 	}
-	return repo + ":" + c.Metadata.AppVersion, nil
+	files := map[string][]byte{}
+	for _, lib := range libs {
+		data, err := os.ReadFile(lib)
+		if err != nil {
+			return "", err
+		}
+		files[lib[1:]] = data
+	}
+	layer, err := binaryLayer(bin, "/usr/local/bin/gpuguard-agent", "0:0", files)
+	if err != nil {
+		return "", err
+	}
+	img, err := imageOf(layer, testImage{binary: "/usr/local/bin/gpuguard-agent", user: "0:0"})
+	if err != nil {
+		return "", err
+	}
+	return writeTagged(img, filepath.Join(dir, "agent-image.tar"), refs)
+}
+
+// linkedLibraries lists the shared libraries a binary loads, the dynamic
+// loader included, by absolute path.
+func linkedLibraries(bin string) ([]string, error) {
+	out, err := exec.Command("ldd", bin).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w", bin, err)
+	}
+	var libs []string
+	for _, line := range strings.Split(string(out), "\n") {
+		for _, field := range strings.Fields(line) {
+			if strings.HasPrefix(field, "/") {
+				libs = append(libs, field)
+			}
+		}
+	}
+	if len(libs) == 0 {
+		return nil, fmt.Errorf("ldd %s lists no libraries: %s", bin, out)
+	}
+	return libs, nil
 }

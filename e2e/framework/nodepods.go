@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -107,14 +108,15 @@ func (n *Node) DeletePod(ctx context.Context, ns, name string) error {
 	return n.cp.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 }
 
-// DeleteAllPods deletes every pod bound to the node.
+// DeleteAllPods deletes every pod bound to the node; one already gone (its
+// controller deleted it meanwhile) is no error.
 func (n *Node) DeleteAllPods(ctx context.Context) error {
 	list, err := n.cp.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
 	if err != nil {
 		return err
 	}
 	for _, p := range list.Items {
-		if err := n.DeletePod(ctx, p.Namespace, p.Name); err != nil {
+		if err := n.DeletePod(ctx, p.Namespace, p.Name); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
 	}

@@ -49,8 +49,10 @@ func run() error {
 	err = writeKubeconfig(lc, kubeconfig)
 	if err == nil {
 		fmt.Printf(`
-The cluster is up: one node, a pod network, gpuguard's image loaded (no GPUs
-the chart's agent can use). In another terminal, from the repository root:
+The cluster is up: one node with a pod network and eight fake GPUs, gpuguard's
+and the agent's images loaded. The node is not labelled as a GPU node, so the
+chart's agent stays off it (docs/cluster-e2e.md shows how the tests run it on
+the fake GPUs). In another terminal, from the repository root:
 
   export KUBECONFIG=%s PATH=%s:$PATH
 

@@ -1,0 +1,128 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// certDirWriter keeps the webhook's certificate directory in step with the
+// Secret that cert-controller maintains. A mounted Secret volume gets there
+// too, but only when the kubelet next syncs it, a minute or more after the
+// Secret is written; cert-controller waits for the files, so a fresh install
+// would wait that long before its first replica is ready. Writing the files
+// from the Secret directly makes a replica ready within seconds. Every
+// replica writes its own directory, so it runs without leader election.
+type certDirWriter struct {
+	client kubernetes.Interface
+	secret types.NamespacedName
+	dir    string
+	// files maps a Secret key to the file it is written to.
+	files map[string]string
+	log   logr.Logger
+}
+
+func newCertDirWriter(client kubernetes.Interface, o Options) *certDirWriter {
+	return &certDirWriter{client: client, secret: o.CertSecret, dir: o.CertDir,
+		files: map[string]string{"tls.crt": o.CertName, "tls.key": o.KeyName},
+		log:   o.Log.WithName("cert-dir")}
+}
+
+// NeedLeaderElection is false: every replica needs its own files.
+func (w *certDirWriter) NeedLeaderElection() bool { return false }
+
+// Start watches the one Secret (its namespace's Secrets, narrowed by name, as
+// cert-controller's RBAC allows) and writes it on every change until ctx ends.
+func (w *certDirWriter) Start(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0,
+		informers.WithNamespace(w.secret.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.secret.Name).String()
+		}))
+	_, err := factory.Core().V1().Secrets().Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    w.onSecret,
+		UpdateFunc: func(_, obj any) { w.onSecret(obj) },
+	})
+	if err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	<-ctx.Done()
+	factory.Shutdown()
+	return nil
+}
+
+func (w *certDirWriter) onSecret(obj any) {
+	secret, ok := obj.(*corev1.Secret)
+	if !ok {
+		return
+	}
+	written, err := w.write(secret)
+	if err != nil {
+		w.log.Error(err, "serving certificate not written; the webhook keeps the one it has", "secret", w.secret.String())
+		return
+	}
+	if written {
+		w.log.Info("serving certificate written from the Secret", "secret", w.secret.String(), "dir", w.dir)
+	}
+}
+
+// write writes the Secret's certificate and key when both are there and
+// differ from the files, the key first: the certificate watcher reloads on
+// either file, and a certificate whose key is not there yet would not load.
+// It reports whether it wrote anything.
+func (w *certDirWriter) write(secret *corev1.Secret) (bool, error) {
+	for key := range w.files {
+		if len(secret.Data[key]) == 0 {
+			return false, nil // cert-controller has not filled the Secret yet
+		}
+	}
+	written := false
+	for _, key := range []string{"tls.key", "tls.crt"} {
+		path := filepath.Join(w.dir, w.files[key])
+		if current, err := os.ReadFile(path); err == nil && bytes.Equal(current, secret.Data[key]) {
+			continue
+		}
+		if err := writeFileAtomic(path, secret.Data[key]); err != nil {
+			return written, err
+		}
+		written = true
+	}
+	return written, nil
+}
+
+// writeFileAtomic replaces path with data by renaming a complete temporary
+// file over it, so the certificate watcher never reads half a file.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename, there is nothing to remove
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
