@@ -10,11 +10,6 @@ package cluster
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"path/filepath"
-	"syscall"
 	"testing"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
@@ -31,20 +26,7 @@ type suite struct {
 }
 
 func TestMain(m *testing.M) {
-	if reason := framework.NodeReadiness(); reason != nil {
-		fmt.Printf("e2e/cluster: skipped: %v\n", reason)
-		os.Exit(0)
-	}
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	code := 1
-	if err == nil {
-		code, err = run(m, root)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/cluster:", err)
-		code = 1
-	}
-	os.Exit(code)
+	framework.RunRootSuite(m, "e2e/cluster", run)
 }
 
 func run(m *testing.M, root string) (int, error) {
@@ -54,20 +36,7 @@ func run(m *testing.M, root string) (int, error) {
 		return 1, err
 	}
 	s = &suite{root: root, assets: lc.Assets, cp: lc.CP, node: lc.Node}
-	stopOnSignal(lc)
+	framework.StopOnSignal("e2e/cluster", func(ctx context.Context) { _ = lc.Stop(ctx) })
 	code := m.Run()
 	return code, lc.Stop(ctx)
-}
-
-// stopOnSignal stops the node and the control plane when the suite is
-// interrupted, so that no daemon, shim or network rule outlives it.
-func stopOnSignal(lc *framework.LocalCluster) {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		<-sig
-		fmt.Fprintln(os.Stderr, "e2e/cluster: interrupted, stopping the cluster")
-		_ = lc.Stop(context.Background())
-		os.Exit(2)
-	}()
 }

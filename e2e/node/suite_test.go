@@ -7,11 +7,7 @@ package node
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"testing"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
@@ -40,20 +36,7 @@ type suite struct {
 }
 
 func TestMain(m *testing.M) {
-	if reason := framework.NodeReadiness(); reason != nil {
-		fmt.Printf("e2e/node: skipped: %v\n", reason)
-		os.Exit(0)
-	}
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	code := 1
-	if err == nil {
-		code, err = run(m, root)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/node:", err)
-		code = 1
-	}
-	os.Exit(code)
+	framework.RunRootSuite(m, "e2e/node", run)
 }
 
 func run(m *testing.M, root string) (int, error) {
@@ -82,24 +65,13 @@ func run(m *testing.M, root string) (int, error) {
 		return 1, err
 	}
 	s = &suite{root: root, cp: cp, node: node}
-	stopOnSignal(node, cp)
+	framework.StopOnSignal("e2e/node", func(ctx context.Context) {
+		_ = node.Stop(ctx)
+		_ = cp.Stop()
+	})
 	code := m.Run()
 	if s.in != nil {
 		_ = s.in.Uninstall(ctx, cp)
 	}
 	return code, node.Stop(ctx)
-}
-
-// stopOnSignal stops the node and the control plane when the suite is
-// interrupted, so that no containerd, kubelet or shim outlives it.
-func stopOnSignal(node *framework.Node, cp *framework.ControlPlane) {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		<-sig
-		fmt.Fprintln(os.Stderr, "e2e/node: interrupted, stopping the node")
-		_ = node.Stop(context.Background())
-		_ = cp.Stop()
-		os.Exit(2)
-	}()
 }
