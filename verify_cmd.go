@@ -281,8 +281,7 @@ var gpuguardWebhook = regexp.MustCompile(`admission webhook "[^"]*\.gpuguard\.io
 // backstop ("gpuguard backstop [rule]: ..."), from a denial by anything else
 // (Pod Security, RBAC, another policy engine), which must not pass.
 func deniedByGPUGuard(msg string) bool {
-	return gpuguardWebhook.MatchString(msg) || strings.Contains(msg, "gpuguard backstop [") ||
-		strings.Contains(msg, "[device-env]")
+	return gpuguardWebhook.MatchString(msg) || strings.Contains(msg, "gpuguard backstop [")
 }
 
 func mentionsGPUGuard(warning string) bool {

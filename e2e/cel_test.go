@@ -47,10 +47,15 @@ func (s *suite) installBackstop(ctx context.Context, on bool) error {
 		}
 	}
 	if !on {
-		// The API server drops a deleted policy a moment later: wait for it.
+		// The API server drops deleted policies a moment later, each on its
+		// own: wait until neither acts, or the next test sees their effects.
 		return framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
 			denied, err := backstopDeniesLeak(ctx)
-			return !denied, err
+			if err != nil || denied {
+				return false, err
+			}
+			mutated, err := backstopMutates(ctx)
+			return !mutated, err
 		})
 	}
 	if _, err := ar.ValidatingAdmissionPolicies().Create(ctx, p.Validating, metav1.CreateOptions{}); err != nil {
@@ -79,6 +84,16 @@ func (s *suite) waitBackstop(ctx context.Context) error {
 		}
 		return backstopDeniesLeak(ctx)
 	})
+}
+
+// backstopMutates reports whether the backstop's mutating policy still sets
+// void, in a namespace that gpuguard's webhooks leave out.
+func backstopMutates(ctx context.Context) (bool, error) {
+	p, err := s.cp.Client.CoreV1().Pods(celProbeNS).Create(ctx, plainPod("backstop-probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return false, fmt.Errorf("unexpected error: %w", err)
+	}
+	return lastEnv(p.Spec.Containers[0], "NVIDIA_VISIBLE_DEVICES") == "void", nil
 }
 
 // backstopDeniesLeak reports whether the backstop denies a leaking pod, in a

@@ -10,6 +10,8 @@
 # Output: _output/bin, with a stamp per binary; binaries whose pinned version is
 # already built are skipped. KUBEBUILDER_ASSETS=_output/bin points envtest at them.
 set -euo pipefail
+# Errors inside $(...) stop the script too (kube_module runs in one).
+shopt -s inherit_errexit
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=hack/versions.env
 source "$root/hack/versions.env"
@@ -25,12 +27,14 @@ stamp() { echo "$2" > "$bin/$1.version"; echo "built $1 $2"; }
 # module replaces each with the published module of the matching version.
 kube_module() {
   local dir="$work/kubernetes-$KUBERNETES_VERSION"
-  # tools.go names every command built from this module; a module made for
-  # fewer commands is made again.
-  [ -f "$dir/go.sum" ] && grep -q '"k8s.io/kubernetes/cmd/kubectl"' "$dir/tools.go" 2>/dev/null && { echo "$dir"; return; }
+  # .complete is written last: a module whose making was interrupted, or made
+  # for fewer commands by an older script, is made again.
+  [ -f "$dir/.complete" ] && grep -q '"k8s.io/kubernetes/cmd/kubectl"' "$dir/tools.go" && { echo "$dir"; return; }
+  rm -rf "$dir"
   mkdir -p "$dir"
   local mod staging_version
   mod=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  [ -n "$mod" ] || { echo "k8s.io/kubernetes@$KUBERNETES_VERSION: no go.mod from the module proxy" >&2; return 1; }
   staging_version="v0${KUBERNETES_VERSION#v1}"
   {
     echo "module gpuguard.test/kubebuild"
@@ -38,14 +42,16 @@ kube_module() {
     echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
     grep -oE '^\s+k8s.io/[a-z0-9-]+ => ./staging/' "$mod" | awk -v v="$staging_version" '{print "replace " $1 " => " $1 " " v}'
   } > "$dir/go.mod"
-  (cd "$dir" && go mod tidy -e >/dev/null 2>&1 || true
-   { printf 'package tools\n\nimport (\n'
+  # The first tidy only fills go.sum for the requirement; its errors are
+  # expected, the second one's are not.
+  (cd "$dir" && { go mod tidy -e >/dev/null 2>&1 || true; }
+   { printf '//go:build tools\n\npackage tools\n\nimport (\n'
      for c in kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy kubectl; do
        printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"
      done
      printf ')\n'; } > tools.go
-   sed -i '1s/^/\/\/go:build tools\n\n/' tools.go
    go mod tidy >&2)
+  touch "$dir/.complete"
   echo "$dir"
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -42,10 +43,18 @@ func newCertDirWriter(client kubernetes.Interface, o Options) *certDirWriter {
 // NeedLeaderElection is false: every replica needs its own files.
 func (w *certDirWriter) NeedLeaderElection() bool { return false }
 
+// resync replays the Secret now and then, so that a write that failed (a
+// full or unwritable directory) is tried again without a Secret change.
+const certDirResync = 30 * time.Second
+
 // Start watches the one Secret (its namespace's Secrets, narrowed by name, as
-// cert-controller's RBAC allows) and writes it on every change until ctx ends.
+// cert-controller's RBAC allows) and writes it on every change, and on every
+// resync, until ctx ends.
 func (w *certDirWriter) Start(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0,
+	if err := os.MkdirAll(w.dir, 0o700); err != nil {
+		return fmt.Errorf("--write-cert-dir: %w", err)
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(w.client, certDirResync,
 		informers.WithNamespace(w.secret.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.secret.Name).String()

@@ -30,13 +30,13 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M, root string) (int, error) {
-	ctx := context.Background()
-	lc, err := framework.StartLocalCluster(ctx, root, nodeName)
+	interrupt := framework.OnInterrupt("e2e/cluster")
+	lc, err := framework.StartLocalCluster(interrupt.Context(), root, nodeName)
 	if err != nil {
 		return 1, err
 	}
+	interrupt.SetStop(func(ctx context.Context) { _ = lc.Stop(ctx) })
 	s = &suite{root: root, assets: lc.Assets, cp: lc.CP, node: lc.Node}
-	framework.StopOnSignal("e2e/cluster", func(ctx context.Context) { _ = lc.Stop(ctx) })
 	code := m.Run()
-	return code, lc.Stop(ctx)
+	return code, lc.Stop(context.Background())
 }

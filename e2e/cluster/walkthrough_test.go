@@ -59,6 +59,13 @@ func TestREADMEWalkthrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	sh := newShell(t)
+	// A walkthrough that fails midway leaves the release behind; the next
+	// test needs a cluster without it.
+	t.Cleanup(func() {
+		if t.Failed() {
+			_, _ = sh.run("helm uninstall gpuguard -n gpuguard --wait")
+		}
+	})
 	for _, st := range walkthrough {
 		cmds, ok := blocks[st.block]
 		if !ok {

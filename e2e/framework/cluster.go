@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -26,9 +27,13 @@ import (
 )
 
 // ClusterBinaries are the programs of a whole cluster, built by
-// hack/build-upstream.sh with CLUSTER=1 into the assets directory.
-var ClusterBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-	"kube-proxy", "kubectl", "helm", "cni/bridge", "cni/host-local", "cni/loopback"}
+// hack/build-upstream.sh with CLUSTER=1 into the assets directory;
+// clusterHostTools come from the system (hack/build-node.sh installs them).
+var (
+	ClusterBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+		"kube-proxy", "kubectl", "helm", "cni/bridge", "cni/host-local", "cni/loopback"}
+	clusterHostTools = []string{"nft", "ip"}
+)
 
 // ClusterNetwork is how pods and services are wired: pods on a bridge with
 // addresses from PodCIDR, services on ServiceCIDR through kube-proxy, and the
@@ -56,6 +61,11 @@ func CheckClusterBinaries(assets string) error {
 	for _, b := range ClusterBinaries {
 		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
 			return fmt.Errorf("%s not found in %s: run CLUSTER=1 hack/build-upstream.sh (make e2e does)", b, assets)
+		}
+	}
+	for _, tool := range clusterHostTools {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s not found: hack/build-node.sh installs it from Debian's packages", tool)
 		}
 	}
 	return nil
@@ -131,7 +141,8 @@ func StartClusterControlPlane(ctx context.Context, assets string) (*ControlPlane
 		return nil, err
 	}
 	procs := &controlPlaneProcesses{logDir: filepath.Join(dir, "log")}
-	cp := &ControlPlane{dir: dir, nodeAuthorizer: true, Network: &network, logs: procs.logDir}
+	cp := &ControlPlane{dir: dir, nodeAuthorizer: true, Network: &network, logs: procs.logDir,
+		ClientCAFile: filepath.Join(dir, "pki", "ca.crt")}
 	cp.stop = procs.stop
 	cp.stopControllers = func() error { return procs.stopNamed("kube-controller-manager", "kube-scheduler") }
 	if err := cp.startCluster(ctx, assets, procs); err != nil {
@@ -149,13 +160,13 @@ func (cp *ControlPlane) startCluster(ctx context.Context, assets string, procs *
 	if err != nil {
 		return err
 	}
-	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	etcdURL := fmt.Sprintf("https://127.0.0.1:%d", ports[0])
 	server := fmt.Sprintf("https://127.0.0.1:%d", ports[2])
 	cp.kubeconfig = pki.kubeconfig(server)
 	if err := os.MkdirAll(procs.logDir, 0o755); err != nil {
 		return err
 	}
-	if err := startEtcd(procs, assets, filepath.Join(cp.dir, "etcd"), etcdURL, ports[1]); err != nil {
+	if err := startEtcd(procs, assets, pki, filepath.Join(cp.dir, "etcd"), etcdURL, ports[1]); err != nil {
 		return err
 	}
 	apiserver, err := procs.start("kube-apiserver", filepath.Join(assets, "kube-apiserver"),
@@ -192,6 +203,15 @@ func newClusterPKI(dir string, network ClusterNetwork) (clusterPKI, error) {
 	if err := ca.WriteLeaf(p.path("apiserver.crt"), p.path("apiserver.key"), serving); err != nil {
 		return p, err
 	}
+	// etcd's serving and peer certificate, and the API server's client one.
+	etcd := testcerts.Leaf{CommonName: "etcd", DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}, Server: true, Client: true}
+	if err := ca.WriteLeaf(p.path("etcd.crt"), p.path("etcd.key"), etcd); err != nil {
+		return p, err
+	}
+	etcdClient := testcerts.Leaf{CommonName: "kube-apiserver-etcd-client", Client: true}
+	if err := ca.WriteLeaf(p.path("apiserver-etcd-client.crt"), p.path("apiserver-etcd-client.key"), etcdClient); err != nil {
+		return p, err
+	}
 	kubeletClient := testcerts.Leaf{CommonName: "kube-apiserver-kubelet-client", Organizations: []string{"system:masters"}, Client: true}
 	if err := ca.WriteLeaf(p.path("apiserver-kubelet-client.crt"), p.path("apiserver-kubelet-client.key"), kubeletClient); err != nil {
 		return p, err
@@ -222,13 +242,19 @@ func (p clusterPKI) kubeconfig(server string) func(user string, groups ...string
 	}
 }
 
-func startEtcd(procs *controlPlaneProcesses, assets, dataDir, clientURL string, peerPort int) error {
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+// startEtcd starts etcd on loopback with TLS and client certificates on
+// both its ports, as kubeadm does: anyone who can write etcd owns the cluster.
+func startEtcd(procs *controlPlaneProcesses, assets string, pki clusterPKI, dataDir, clientURL string, peerPort int) error {
+	peerURL := fmt.Sprintf("https://127.0.0.1:%d", peerPort)
 	_, err := procs.start("etcd", filepath.Join(assets, "etcd"),
 		"--name", "e2e", "--data-dir", dataDir,
 		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 		"--initial-cluster", "e2e="+peerURL,
+		"--cert-file", pki.path("etcd.crt"), "--key-file", pki.path("etcd.key"),
+		"--client-cert-auth", "--trusted-ca-file", pki.path("ca.crt"),
+		"--peer-cert-file", pki.path("etcd.crt"), "--peer-key-file", pki.path("etcd.key"),
+		"--peer-client-cert-auth", "--peer-trusted-ca-file", pki.path("ca.crt"),
 		// A test cluster's data need not survive a power cut.
 		"--unsafe-no-fsync")
 	return err
@@ -237,12 +263,16 @@ func startEtcd(procs *controlPlaneProcesses, assets, dataDir, clientURL string, 
 func apiserverArgs(pki clusterPKI, network ClusterNetwork, etcdURL string, port int) []string {
 	return []string{
 		"--etcd-servers", etcdURL,
+		"--etcd-cafile", pki.path("ca.crt"),
+		"--etcd-certfile", pki.path("apiserver-etcd-client.crt"), "--etcd-keyfile", pki.path("apiserver-etcd-client.key"),
 		"--bind-address", "0.0.0.0", "--secure-port", strconv.Itoa(port),
 		"--advertise-address", network.NodeIP.String(),
 		"--tls-cert-file", pki.path("apiserver.crt"), "--tls-private-key-file", pki.path("apiserver.key"),
 		"--client-ca-file", pki.path("ca.crt"),
 		"--kubelet-client-certificate", pki.path("apiserver-kubelet-client.crt"),
 		"--kubelet-client-key", pki.path("apiserver-kubelet-client.key"),
+		// kubectl logs and exec reach the kubelet on the node's address.
+		"--kubelet-preferred-address-types", "InternalIP",
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", pki.path("sa.key"),
 		"--service-account-signing-key-file", pki.path("sa.key"),
@@ -334,8 +364,9 @@ func (cp *ControlPlane) LogTails() string {
 	return b.String()
 }
 
-// hostIP is the IPv4 address of the interface of the default route: the
-// address a node advertises. It must not fall in the cluster's ranges.
+// hostIP is the first global IPv4 address of an interface that is up (not
+// loopback, not the pods' bridge): the address a node advertises. Its
+// network must not overlap the cluster's ranges.
 func hostIP(network ClusterNetwork) (net.IP, error) {
 	ifaces, err := net.Interfaces()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -31,12 +32,18 @@ type ControlPlane struct {
 	// Network is the cluster's pod and service networking; nil where pods
 	// have none of their own (envtest).
 	Network *ClusterNetwork
-	stop    func() error
+	// ClientCAFile is the CA of the cluster's client certificates, which a
+	// kubelet trusts for the API server's calls; empty for envtest, whose
+	// API server does not call kubelets.
+	ClientCAFile string
+	stop         func() error
 	// stopControllers stops what recreates or reschedules pods, so that a
 	// node can be drained for good; nil where nothing does (envtest).
 	stopControllers func() error
 	// logs is the directory of the control plane's logs, if it keeps any.
-	logs string
+	logs     string
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // auditPolicy records request metadata, which carries admission audit annotations.
@@ -131,8 +138,9 @@ func (cp *ControlPlane) StopControllers() error {
 // Dir is a scratch directory that lives as long as the control plane.
 func (cp *ControlPlane) Dir() string { return cp.dir }
 
-// Stop stops the control plane and removes its files.
+// Stop stops the control plane and removes its files. Calls after the first
+// return its result.
 func (cp *ControlPlane) Stop() error {
-	err := cp.stop()
-	return errors.Join(err, os.RemoveAll(cp.dir))
+	cp.stopOnce.Do(func() { cp.stopErr = errors.Join(cp.stop(), os.RemoveAll(cp.dir)) })
+	return cp.stopErr
 }

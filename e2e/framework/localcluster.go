@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"sync"
 )
 
 // LocalCluster is a whole single-node cluster on this machine, built from
@@ -20,6 +21,9 @@ type LocalCluster struct {
 	Assets string
 	// Images are the chart's default image references, loaded in the node.
 	Images ChartImages
+
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // StartLocalCluster starts a LocalCluster with the programs in
@@ -42,8 +46,11 @@ func StartLocalCluster(ctx context.Context, repoRoot, nodeName string) (*LocalCl
 	if err != nil {
 		return nil, errors.Join(err, cp.Stop())
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(err, lc.Stop(context.Background()))
+	}
 	if err := lc.loadImages(ctx, repoRoot); err != nil {
-		return nil, errors.Join(err, lc.Stop(ctx))
+		return nil, errors.Join(err, lc.Stop(context.Background()))
 	}
 	return lc, nil
 }
@@ -68,7 +75,11 @@ func (lc *LocalCluster) loadImages(ctx context.Context, repoRoot string) error {
 }
 
 // Stop stops the controllers, so that no pod comes back, then the node (its
-// pods first), then the rest of the control plane.
+// pods first), then the rest of the control plane. Calls after the first,
+// from an interrupt handler say, wait for it and return its result.
 func (lc *LocalCluster) Stop(ctx context.Context) error {
-	return errors.Join(lc.CP.StopControllers(), lc.Node.Stop(ctx), lc.CP.Stop())
+	lc.stopOnce.Do(func() {
+		lc.stopErr = errors.Join(lc.CP.StopControllers(), lc.Node.Stop(ctx), lc.CP.Stop())
+	})
+	return lc.stopErr
 }

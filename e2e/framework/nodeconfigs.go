@@ -110,6 +110,8 @@ snapshotter = "native"
 sandbox = %[5]q
 
 [%[6]s]
+# Pod network namespaces under the node's state, so Stop unmounts them.
+netns_mounts_under_state_dir = true
 enable_cdi = true
 cdi_spec_dirs = [%[7]q]
 restrict_oom_score_adj = %[8]t
@@ -148,15 +150,11 @@ cgroupsPerQOS: false
 enforceNodeAllocatable: []
 failSwapOn: false
 failCgroupV1: false
-address: 127.0.0.1
+%s
 port: %d
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: %d
-authentication:
-  anonymous: {enabled: true}
-  webhook: {enabled: false}
-authorization: {mode: AlwaysAllow}
 resolvConf: ""
 # Report status often: the suite waits on the node's allocatable GPUs.
 nodeStatusUpdateFrequency: 2s
@@ -166,7 +164,28 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.availab
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 localStorageCapacityIsolation: false
-`, n.ContainerdSocket(), filepath.Join(n.Root, "pod-logs"), n.kubeletPort, n.kubeletHealthzPort)
+`, n.ContainerdSocket(), filepath.Join(n.Root, "pod-logs"), n.kubeletServing(), n.kubeletPort, n.kubeletHealthzPort)
+}
+
+// kubeletServing is where the kubelet's API listens and whom it serves. On a
+// cluster: the node's address, for the API server's logs and exec, to
+// clients with a certificate of the cluster's CA, authorized by the API
+// server, as kubeadm sets it. Otherwise (envtest, whose API server never
+// calls it): loopback only, to anyone.
+func (n *Node) kubeletServing() string {
+	if n.cp.ClientCAFile == "" {
+		return `address: 127.0.0.1
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}`
+	}
+	return fmt.Sprintf(`address: %s
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: %s}
+authorization: {mode: Webhook}`, n.cp.Network.NodeIP, n.cp.ClientCAFile)
 }
 
 func writeFile(path, content string) error {

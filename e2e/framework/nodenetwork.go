@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os/exec"
@@ -45,6 +46,9 @@ func (n *Node) cniConfig(network ClusterNetwork) ([]byte, error) {
 func (n *Node) writeCNIConfig() error {
 	if n.cp.Network == nil {
 		return nil
+	}
+	if err := n.claimHostNetwork(); err != nil {
+		return err
 	}
 	data, err := n.cniConfig(*n.cp.Network)
 	if err != nil {
@@ -96,17 +100,41 @@ func (n *Node) startKubeProxy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	client := &http.Client{Timeout: 5 * time.Second}
 	return Poll(ctx, 2*time.Minute, func() (bool, error) {
 		if err := n.kubeProxy.exited(); err != nil {
 			return false, err
 		}
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[0]))
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[0]))
 		if err != nil {
 			return false, nil
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	})
+}
+
+// claimHostNetwork makes sure no other kube-proxy programs this host, and
+// removes what a node of this suite that was killed before its cleanup left:
+// its bridge, and with it kube-proxy's table.
+func (n *Node) claimHostNetwork() error {
+	leftover := bridgeExists(n.cp.Network.Bridge)
+	if !leftover && kubeProxyTableExists() {
+		return errors.New("another kube-proxy programs this host (its nftables table kube-proxy exists); the cluster suite needs a host of its own")
+	}
+	if leftover {
+		return n.cleanupNetwork()
+	}
+	return nil
+}
+
+func kubeProxyTableExists() bool {
+	for _, family := range []string{"ip", "ip6"} {
+		if exec.Command("nft", "list", "table", family, "kube-proxy").Run() == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // cleanupNetwork removes what kube-proxy and the bridge plugin left in the

@@ -40,6 +40,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M, root string) (int, error) {
+	interrupt := framework.OnInterrupt("e2e/node")
 	assets := filepath.Join(root, "_output", "bin")
 	if err := framework.CheckNodeBinaries(assets); err != nil {
 		return 1, err
@@ -59,13 +60,13 @@ func run(m *testing.M, root string) (int, error) {
 			return 1, err
 		}
 	}
-	node, err := framework.StartNode(ctx, cp, framework.NodeOptions{Name: nodeName, RepoRoot: root, Assets: assets,
+	node, err := framework.StartNode(interrupt.Context(), cp, framework.NodeOptions{Name: nodeName, RepoRoot: root, Assets: assets,
 		ToolkitVersion: version})
 	if err != nil {
 		return 1, err
 	}
 	s = &suite{root: root, cp: cp, node: node}
-	framework.StopOnSignal("e2e/node", func(ctx context.Context) {
+	interrupt.SetStop(func(ctx context.Context) {
 		_ = node.Stop(ctx)
 		_ = cp.Stop()
 	})

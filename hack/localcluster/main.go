@@ -15,7 +15,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
 )
@@ -49,7 +53,8 @@ func run() error {
 	err = writeKubeconfig(lc, kubeconfig)
 	if err == nil {
 		fmt.Printf(`
-The cluster is up: one node with a pod network and eight fake GPUs, gpuguard's
+The cluster is up for a day (its certificates expire then): one node with a pod
+network and eight fake GPUs, gpuguard's
 and the agent's images loaded. The node is not labelled as a GPU node, so the
 chart's agent stays off it (docs/cluster-e2e.md shows how the tests run it on
 the fake GPUs). In another terminal, from the repository root:
@@ -65,16 +70,33 @@ removes what it made.
 	return errors.Join(err, lc.Stop(context.Background()), removeIfExists(kubeconfig))
 }
 
+// writeKubeconfig writes an administrator's kubeconfig with its certificates
+// inline, owned by the user who ran sudo, so that a shell of theirs can use it.
 func writeKubeconfig(lc *framework.LocalCluster, path string) error {
 	admin, err := lc.CP.Kubeconfig("local-admin")
 	if err != nil {
 		return err
 	}
-	data, err := os.ReadFile(admin)
+	cfg, err := clientcmd.LoadFromFile(admin)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, data, 0o600)
+	if err := clientcmdapi.FlattenConfig(cfg); err != nil {
+		return err
+	}
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return err
+	}
+	return chownToSudoUser(path)
+}
+
+func chownToSudoUser(path string) error {
+	uid, err1 := strconv.Atoi(os.Getenv("SUDO_UID"))
+	gid, err2 := strconv.Atoi(os.Getenv("SUDO_GID"))
+	if err1 != nil || err2 != nil {
+		return nil // not run through sudo: root keeps it
+	}
+	return os.Chown(path, uid, gid)
 }
 
 func removeIfExists(path string) error {
