@@ -52,17 +52,10 @@ type rules struct {
 }
 
 func newRules(p *config.Policy) (*rules, error) {
-	r := &rules{p: p, deviceVars: append([]string{config.VisibleDevicesEnv}, p.Spec.Env.ExtraDeviceVariables...)}
-	r.protected = slices.Clone(r.deviceVars)
-	for _, v := range p.Spec.Env.ProtectedVariables {
-		r.protected = append(r.protected, v.Name)
-	}
-	var exact, patterns []string
-	for _, g := range p.Spec.GPUResources {
-		if !strings.ContainsAny(g, "*?[\\") {
-			exact = append(exact, g)
-			continue
-		}
+	r := &rules{p: p, deviceVars: p.Spec.DeviceVariables(), protected: p.Spec.ProtectedNames()}
+	exact, globs := p.Spec.GPUResourcePatterns()
+	var patterns []string
+	for _, g := range globs {
 		re, err := globToRegexp(g)
 		if err != nil {
 			return nil, err

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path"
 	"slices"
-	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -116,19 +115,16 @@ func New(p *config.Policy) (*Engine, error) {
 		exemptUsers:      setOf(s.Exemptions.Usernames),
 		exemptSAs:        map[config.ServiceAccountRef]bool{},
 	}
-	for _, r := range s.GPUResources {
-		if strings.ContainsAny(r, "*?[\\") {
-			e.gpuGlobs = append(e.gpuGlobs, r)
-		} else {
-			e.gpuExact[r] = true
-		}
+	exact, globs := s.GPUResourcePatterns()
+	for _, r := range exact {
+		e.gpuExact[r] = true
 	}
-	e.deviceVars = append([]string{config.VisibleDevicesEnv}, s.Env.ExtraDeviceVariables...)
-	e.protectedNames = slices.Clone(e.deviceVars)
+	e.gpuGlobs = globs
+	e.deviceVars = s.DeviceVariables()
+	e.protectedNames = s.ProtectedNames()
 	for i := range s.Env.ProtectedVariables {
 		v := &s.Env.ProtectedVariables[i]
 		e.protected[v.Name] = v
-		e.protectedNames = append(e.protectedNames, v.Name)
 	}
 	for _, sa := range s.Exemptions.ServiceAccounts {
 		e.exemptSAs[sa] = true

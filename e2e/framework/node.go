@@ -265,7 +265,7 @@ func (n *Node) Apply(ctx context.Context, p NodeProfile) error {
 	if err := n.agent.stop(30 * time.Second); err != nil {
 		return err
 	}
-	if err := n.startAgent(p.Strategy); err != nil {
+	if err := n.startAgent(p); err != nil {
 		return err
 	}
 	n.profile = &p

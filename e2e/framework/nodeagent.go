@@ -14,17 +14,22 @@ import (
 )
 
 // startAgent runs the agent on the mock GPUs with its device plugin on,
-// reading the node's own toolkit and containerd configs, and naming
-// devices from the harness's CDI spec (the toolkit's kind) for CDI
-// strategies.
-func (n *Node) startAgent(strategy string) error {
+// reading the node's own toolkit and containerd configs, with the profile's
+// strategy. CDI strategies name devices from the harness's spec (the
+// toolkit's kind), or with OwnCDISpec from the spec the agent writes itself
+// into the node's CDI directory, for the fake device nodes.
+func (n *Node) startAgent(p NodeProfile) error {
+	cdi := []string{"--cdi-spec", "toolkit"}
+	if p.OwnCDISpec {
+		cdi = []string{"--cdi-spec", "own", "--cdi-spec-dir", n.cdiDir(), "--cdi-dev-root", n.Root}
+	}
+	args := append([]string{"--backend", "mock:" + MockSystem, "--node-name", n.Name, "--device-plugin", "on",
+		"--device-plugin-dir", n.DevicePluginDir(), "--device-list-strategy", p.Strategy,
+		"--toolkit-config", n.toolkitConfigPath(), "--containerd-config", n.containerdConfigPath(),
+		"--toolkit-version", n.toolkitVersion,
+		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", n.agentMetricsPort), "--retry-interval", "2s"}, cdi...)
 	var err error
-	n.agent, err = startDaemon("gpuguard-agent", filepath.Join(n.Root, "log"), nil, n.agentBinary,
-		"--backend", "mock:"+MockSystem, "--node-name", n.Name, "--device-plugin", "on",
-		"--device-plugin-dir", n.DevicePluginDir(), "--device-list-strategy", strategy,
-		"--cdi-spec", "toolkit", "--toolkit-config", n.toolkitConfigPath(),
-		"--containerd-config", n.containerdConfigPath(), "--toolkit-version", n.toolkitVersion,
-		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", n.agentMetricsPort), "--retry-interval", "2s")
+	n.agent, err = startDaemon("gpuguard-agent", filepath.Join(n.Root, "log"), nil, n.agentBinary, args...)
 	return err
 }
 

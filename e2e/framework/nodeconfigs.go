@@ -23,6 +23,9 @@ type NodeProfile struct {
 	PodAnnotations []string
 	// Strategy is the agent's --device-list-strategy.
 	Strategy string
+	// OwnCDISpec: for CDI strategies the agent writes and names devices from
+	// its own spec (kind gpuguard.io/gpu) instead of the toolkit's.
+	OwnCDISpec bool
 }
 
 // String names the profile in logs and tables.
@@ -34,7 +37,11 @@ func (p NodeProfile) String() string {
 	if len(p.PodAnnotations) > 0 {
 		s += ", pod_annotations " + strings.Join(p.PodAnnotations, ",")
 	}
-	return s + ", agent " + p.Strategy
+	s += ", agent " + p.Strategy
+	if p.OwnCDISpec {
+		s += " with its own CDI spec"
+	}
+	return s
 }
 
 // containerdKey is what a containerd restart depends on.

@@ -6,11 +6,13 @@ import (
 	"context"
 	"os"
 	"path"
+	"path/filepath"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
 )
@@ -24,6 +26,7 @@ var (
 	hardenedCDIAn = framework.NodeProfile{Hardened: true, Strategy: "cdi-annotations"}
 	hardenedCDI   = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri"}
 	passthrough   = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri", PodAnnotations: []string{"cdi.k8s.io/*"}}
+	ownCDISpec    = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri", OwnCDISpec: true}
 )
 
 const defaultPolicy = `apiVersion: gpuguard.io/v1alpha1
@@ -58,6 +61,8 @@ func TestNode(t *testing.T) {
 		apply(t, hardenedCDI)
 		t.Run("cdi-cri: a GPU pod sees its device only", testAllocation)
 		t.Run("after a kubelet restart the agent registers again", testKubeletRestart)
+		apply(t, ownCDISpec)
+		t.Run("cdi-cri with the agent's own CDI spec: a GPU pod sees its device only", testOwnCDISpecAllocation)
 	})
 	t.Run("node passing cdi.k8s.io pod annotations to the runtime", func(t *testing.T) {
 		apply(t, passthrough)
@@ -105,6 +110,34 @@ func testEnvAllDenied(t *testing.T) {
 func testAllocation(t *testing.T) {
 	report, pod := probe(t, tenantNS, gpuPod("one-gpu"))
 	expectAllocatedOnly(t, report, pod)
+}
+
+// testOwnCDISpecAllocation: the agent names devices of its own spec
+// (gpuguard.io/gpu), which nothing else on the node defines, so the pod's
+// device can only have come through that spec.
+func testOwnCDISpecAllocation(t *testing.T) {
+	specs, err := filepath.Glob(filepath.Join(s.node.CDIDir(), "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own []string
+	for _, f := range specs {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var spec struct{ Kind string }
+		if err := yaml.Unmarshal(data, &spec); err != nil { // JSON or YAML
+			t.Fatalf("%s: %v", f, err)
+		}
+		if spec.Kind == "gpuguard.io/gpu" {
+			own = append(own, f)
+		}
+	}
+	if len(own) != 1 {
+		t.Fatalf("want the agent's own spec (kind gpuguard.io/gpu) in %s, found %v among %v", s.node.CDIDir(), own, specs)
+	}
+	testAllocation(t)
 }
 
 func testVolumeMountAllocation(t *testing.T) {
