@@ -245,8 +245,13 @@ func (o *verifyOptions) judge(a answer) (string, bool) {
 			return "gpuguard stripped NVIDIA_VISIBLE_DEVICES=all from the violating pod in namespace " + o.namespace + " (action strip)", true
 		}
 	case expectAdmit:
+		// An admission in audit mode looks like no gpuguard at all, unless its
+		// mutating webhook left its mark: say which it was.
+		if a.created && !a.allGPUs {
+			return "the violating pod was admitted in namespace " + o.namespace + " (mode audit), with NVIDIA_VISIBLE_DEVICES made harmless by gpuguard's mutating webhook; the API server's audit log has gpuguard's annotations", true
+		}
 		if a.created {
-			return "the violating pod was admitted in namespace " + o.namespace + " (mode audit); the API server's audit log has gpuguard's annotations", true
+			return "the violating pod was admitted unchanged in namespace " + o.namespace + "; nothing in the answer shows gpuguard saw it: look for its annotations in the API server's audit log", true
 		}
 	}
 	return "", false

@@ -22,7 +22,7 @@ func TestVerify(t *testing.T) {
 	}{
 		{enforceNS, "deny", 0, []string{`.gpuguard.io" denied the request`, "[device-env]", "PASS: gpuguard denied"}},
 		{warnNS, "warn", 0, []string{"HTTP 201 Created", "Warning: gpuguard device-env", "PASS: gpuguard warned"}},
-		{auditNS, "admit", 0, []string{"HTTP 201 Created", "PASS: the violating pod was admitted"}},
+		{auditNS, "admit", 0, []string{"HTTP 201 Created", "PASS: the violating pod was admitted in namespace " + auditNS + " (mode audit), with NVIDIA_VISIBLE_DEVICES made harmless"}},
 		{warnNS, "deny", 1, []string{"FAIL: expected gpuguard to deny the violating pod in namespace " + warnNS, "got 201 Created (dry run), with warnings:", "gpuguard device-env"}},
 	} {
 		t.Run(tc.namespace+"/"+tc.expect, func(t *testing.T) {
