@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpuguard/gpuguard/internal/warnings"
 )
 
 // What verify may expect of the API server's answer.
@@ -90,8 +91,8 @@ func (o *verifyOptions) run(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return &exitError{exitUsage, err.Error()}
 	}
-	warnings := &warningCollector{}
-	cfg.WarningHandler = warnings
+	collected := &warnings.Collector{}
+	cfg.WarningHandler = collected
 	cfg.Timeout = o.timeout
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -103,7 +104,7 @@ func (o *verifyOptions) run(ctx context.Context, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	pod, err := client.CoreV1().Pods(o.namespace).Create(ctx, violatingPod(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	a := answerOf(err, warnings.all())
+	a := answerOf(err, collected.All())
 	if a.created {
 		a.allGPUs = grantsAllGPUs(pod)
 	}
@@ -305,23 +306,4 @@ func noAnswer(host string, err error, timeout time.Duration) string {
 		return fmt.Sprintf("could not reach the API server at %s: %v", host, err)
 	}
 	return fmt.Sprintf("no usable answer from the API server at %s: %v", host, err)
-}
-
-// warningCollector keeps the API server's warnings (admission warnings among
-// them), which client-go would otherwise print to stderr.
-type warningCollector struct {
-	mu   sync.Mutex
-	seen []string
-}
-
-func (w *warningCollector) HandleWarningHeader(_ int, _ string, text string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.seen = append(w.seen, text)
-}
-
-func (w *warningCollector) all() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.seen)
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"hash/crc32"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -17,13 +18,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/e2e/framework"
-	"github.com/gpuguard/gpuguard/internal/manifest"
 	"github.com/gpuguard/gpuguard/policy"
 )
 
@@ -141,7 +140,8 @@ func webhookOnly(rule string) bool {
 	return slices.ContainsFunc(cel.WebhookOnly, func(g cel.Gap) bool { return string(g.Rule) == rule })
 }
 
-var backstopRule = deniedRule
+// backstopRule finds a rule name in a backstop denial ("gpuguard backstop [rule]: ...").
+var backstopRule = regexp.MustCompile(`\[([a-z-]+)\]: `)
 
 // TestCELBackstopParity evaluates every plain fixture with the CEL policies alone
 // (webhooks removed): each denial of the engine is a denial of the backstop unless
@@ -163,20 +163,12 @@ func backstopFixture(t *testing.T, dyn dynamic.Interface, engine *policy.Engine,
 	if err := framework.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
 		t.Fatal(err)
 	}
-	typed, err := manifest.DecodeObject(f.Object)
-	if err != nil {
-		t.Fatal(err)
-	}
+	typed, u := fixtureObject(t, f, ns)
 	want, err := engine.Admit(ctx, policy.Request{Operation: admissionv1.Create, Namespace: ns, Object: typed,
 		ConfigMaps: fixtureConfigMaps(f.ConfigMaps)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &unstructured.Unstructured{}
-	if u.Object, err = runtime.DefaultUnstructuredConverter.ToUnstructured(typed); err != nil {
-		t.Fatal(err)
-	}
-	u.SetNamespace(ns)
 	created, err := dyn.Resource(resources[u.GetKind()]).Namespace(ns).Create(ctx, u, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	switch {
 	case apierrors.IsInvalid(err) && !strings.Contains(err.Error(), "AdmissionPolicy"):

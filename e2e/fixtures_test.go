@@ -60,6 +60,22 @@ var resources = map[string]schema.GroupVersionResource{
 	"CronJob":               {Group: "batch", Version: "v1", Resource: "cronjobs"},
 }
 
+// fixtureObject decodes a fixture's object, typed for the engine and
+// unstructured, in ns, for the dynamic client.
+func fixtureObject(t *testing.T, f *fixture, ns string) (runtime.Object, *unstructured.Unstructured) {
+	t.Helper()
+	typed, err := manifest.DecodeObject(f.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	if u.Object, err = runtime.DefaultUnstructuredConverter.ToUnstructured(typed); err != nil {
+		t.Fatal(err)
+	}
+	u.SetNamespace(ns)
+	return typed, u
+}
+
 // namedFixture is a fixture with its name, such as fail/device-env-nongpu-all.
 type namedFixture struct {
 	name string
@@ -130,15 +146,7 @@ func runFixture(t *testing.T, dyn dynamic.Interface, engine *policy.Engine, f *f
 			t.Fatal(err)
 		}
 	}
-	typed, err := manifest.DecodeObject(f.Object)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{}
-	if u.Object, err = runtime.DefaultUnstructuredConverter.ToUnstructured(typed); err != nil {
-		t.Fatal(err)
-	}
-	u.SetNamespace(ns)
+	typed, u := fixtureObject(t, f, ns)
 	gvr := resources[u.GetKind()]
 	created, err := dyn.Resource(gvr).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
 	if fail {

@@ -4,19 +4,17 @@ package e2e
 
 import (
 	"context"
-	"regexp"
 	"slices"
-	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/internal/warnings"
 )
 
 const cudaImage = "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04"
@@ -40,34 +38,17 @@ func gpuContainer(name string) corev1.Container {
 var allGPUs = corev1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}
 
 // lastEnv is a variable's effective value: the last entry wins.
-func lastEnv(c corev1.Container, name string) string {
-	v := "<unset>"
-	for _, e := range c.Env {
-		if e.Name == name {
-			v = e.Value
-		}
-	}
-	return v
-}
-
-var deniedRule = regexp.MustCompile(`\[([a-z-]+)\]: `)
+func lastEnv(c corev1.Container, name string) string { return framework.LastEnv(c, name) }
 
 // deniedRules returns the rules named in a gpuguard denial, or fails the test when
 // err is not one.
 func deniedRules(t *testing.T, err error) []string {
 	t.Helper()
-	if err == nil {
-		t.Fatal("created, want a gpuguard denial")
+	rules, err := framework.DeniedRules(err)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "gpuguard denied") {
-		t.Fatalf("want a gpuguard denial (403), got: %v", err)
-	}
-	var rules []string
-	for _, m := range deniedRule.FindAllStringSubmatch(err.Error(), -1) {
-		rules = append(rules, m[1])
-	}
-	slices.Sort(rules)
-	return slices.Compact(rules)
+	return rules
 }
 
 func expectDenied(t *testing.T, err error, rules ...string) {
@@ -81,9 +62,9 @@ func expectDenied(t *testing.T, err error, rules ...string) {
 }
 
 // clientWithWarnings is a client whose admission warnings are collected.
-func clientWithWarnings(t *testing.T) (kubernetes.Interface, *framework.Warnings) {
+func clientWithWarnings(t *testing.T) (kubernetes.Interface, *warnings.Collector) {
 	t.Helper()
-	w := &framework.Warnings{}
+	w := &warnings.Collector{}
 	cfg := rest.CopyConfig(s.cp.Config)
 	cfg.WarningHandler = w
 	c, err := kubernetes.NewForConfig(cfg)

@@ -7,13 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -81,7 +79,7 @@ func TestChartServesGPUs(t *testing.T) {
 		pod := scheduledProbe("all-by-env")
 		pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
 		_, err := s.cp.Client.CoreV1().Pods(tenantNS).Create(ctx, pod, metav1.CreateOptions{})
-		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "device-env") {
+		if rules, notDenial := framework.DeniedRules(err); notDenial != nil || !slices.Contains(rules, "device-env") {
 			t.Fatalf("want a denial by rule device-env, got %v", err)
 		}
 	})

@@ -26,6 +26,7 @@ import (
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/e2e/framework"
 	"github.com/gpuguard/gpuguard/internal/manifest"
+	"github.com/gpuguard/gpuguard/internal/warnings"
 )
 
 func main() {
@@ -68,7 +69,7 @@ func run(examples string) error {
 		return err
 	}
 	fmt.Printf("applying %s through the API server:\n\n", examples)
-	w := &framework.Warnings{}
+	w := &warnings.Collector{}
 	cfg := rest.CopyConfig(cp.Config)
 	cfg.WarningHandler = w
 	dyn, err := dynamic.NewForConfig(cfg)
@@ -86,7 +87,7 @@ func run(examples string) error {
 	return nil
 }
 
-func apply(ctx context.Context, dyn dynamic.Interface, w *framework.Warnings, d manifest.Document) {
+func apply(ctx context.Context, dyn dynamic.Interface, w *warnings.Collector, d manifest.Document) {
 	if d.Object == nil {
 		return
 	}

@@ -5,9 +5,7 @@ package node
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -103,33 +101,18 @@ func expectAllocatedOnly(t *testing.T, report framework.ProbeReport, pod *corev1
 }
 
 // lastEnv is the effective value of a variable in a stored container spec.
-func lastEnv(c corev1.Container, name string) string {
-	v := "<unset>"
-	for _, e := range c.Env {
-		if e.Name == name {
-			v = e.Value
-		}
-	}
-	return v
-}
-
-var deniedRule = regexp.MustCompile(`\[([a-z-]+)\]: `)
+func lastEnv(c corev1.Container, name string) string { return framework.LastEnv(c, name) }
 
 // expectDenied fails unless err is a gpuguard denial naming rule.
 func expectDenied(t *testing.T, err error, rule string) {
 	t.Helper()
-	if err == nil {
-		t.Fatalf("admitted, want a gpuguard denial by %s", rule)
+	rules, notDenial := framework.DeniedRules(err)
+	if notDenial != nil {
+		t.Fatalf("%v (want a denial by %s)", notDenial, rule)
 	}
-	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "gpuguard denied") {
-		t.Fatalf("want a gpuguard denial (403), got: %v", err)
+	if !slices.Contains(rules, rule) {
+		t.Errorf("denial does not name rule %s: %v", rule, err)
 	}
-	for _, m := range deniedRule.FindAllStringSubmatch(err.Error(), -1) {
-		if m[1] == rule {
-			return
-		}
-	}
-	t.Errorf("denial does not name rule %s: %v", rule, err)
 }
 
 // create tries to create a pod and deletes it if it was admitted.
