@@ -91,5 +91,13 @@ bench-e2e: upstream
 demo: upstream
 	$(GO) run ./e2e/demo
 
+# The binaries of hack/gpu-check.sh (the checks that need a real GPU), built
+# here to run on a GPU machine that has no Go toolchain.
+GPU_CHECK_DIR ?= _gpu
+.PHONY: gpu-check-binaries
+gpu-check-binaries:
+	CGO_ENABLED=1 $(GO) test -c -trimpath -ldflags='-s -w' -o $(GPU_CHECK_DIR)/discovery.test ./agent/discovery
+	CGO_ENABLED=1 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_CHECK_DIR)/gpuguard-agent ./cmd/gpuguard-agent
+
 clean:
 	rm -rf $(BIN)

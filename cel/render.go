@@ -151,7 +151,10 @@ func (r *rules) checks() []check {
 		checks = append(checks, check{rule: policy.RuleEnvFromUnprefixed, gpu: r.envFromUnprefixed(), message: "takes envFrom without a prefix; set a prefix"})
 	}
 	if spec.Advisories.Privileged == config.SeverityDeny {
-		checks = append(checks, both(policy.RulePrivileged, r.privileged(), "is privileged or adds SYS_ADMIN; the NVIDIA runtime honours its device requests"))
+		checks = append(checks, both(policy.RulePrivileged, r.privileged(), "is privileged and sees every GPU of the node"))
+	}
+	if spec.Advisories.Capabilities == config.SeverityDeny {
+		checks = append(checks, both(policy.RuleCapabilities, r.capabilities(), "adds SYS_ADMIN; the NVIDIA runtime treats it as privileged"))
 	}
 	if spec.Advisories.NVIDIARuntimeClass == config.SeverityDeny {
 		checks = append(checks, check{rule: policy.RuleNVIDIARuntimeClass, pod: r.runtimeClass(), message: "uses an NVIDIA runtime class without a GPU limit"})
@@ -227,11 +230,13 @@ func (r *rules) validatingPolicy(name string) *admissionregistrationv1.Validatin
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy:    &failClosed,
-			MatchConstraints: podRules([2]string{"CREATE", "pods"}, [2]string{"UPDATE", "pods"}, [2]string{"UPDATE", "pods/ephemeralcontainers"}),
-			MatchConditions:  r.exemptions(),
-			Variables:        r.variables(),
-			Validations:      validations,
+			FailurePolicy: &failClosed,
+			MatchConstraints: podRules([2]string{"CREATE", "pods"}, [2]string{"UPDATE", "pods"}, [2]string{"UPDATE", "pods/ephemeralcontainers"},
+				[2]string{"UPDATE", "pods/status"}),
+			MatchConditions: append([]admissionregistrationv1.MatchCondition{{Name: "annotations-changed-on-status", Expression: AnnotationsChanged}},
+				r.exemptions()...),
+			Variables:   r.variables(),
+			Validations: validations,
 		},
 	}
 }

@@ -1,6 +1,7 @@
 package cel
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,18 +50,23 @@ func TestRenderDefault(t *testing.T) {
 		rule := strings.TrimSuffix(strings.SplitN(strings.TrimPrefix(v.Message, "gpuguard backstop ["), "]", 2)[0], "]")
 		rules[rule] = true
 	}
-	for _, want := range []string{"device-env", "protected-env", "env-value-from", "envfrom-prefix", "device-list-mount", "device-annotation", "sensitive-hostpath", "final-state"} {
+	for _, want := range []string{"device-env", "protected-env", "env-value-from", "envfrom-prefix", "device-list-mount", "device-annotation", "sensitive-hostpath", "privileged", "final-state"} {
 		if !rules[want] {
 			t.Errorf("rule %s is not rendered", want)
 		}
 	}
-	for _, advisory := range []string{"privileged", "nvidia-runtime-class", "envfrom-unprefixed"} {
+	for _, advisory := range []string{"capabilities", "nvidia-runtime-class", "envfrom-unprefixed", "injector-annotation"} {
 		if rules[advisory] {
 			t.Errorf("%s is a warning or needs inspection in the default policy; it must be webhook-only", advisory)
 		}
 	}
-	if len(p.Validating.Spec.MatchConditions) != 0 {
-		t.Errorf("no exemptions, no match conditions: %+v", p.Validating.Spec.MatchConditions)
+	if c := p.Validating.Spec.MatchConditions; len(c) != 1 || c[0].Expression != AnnotationsChanged {
+		t.Errorf("no exemptions: only the status filter is a match condition: %+v", c)
+	}
+	if !slices.ContainsFunc(p.Validating.Spec.MatchConstraints.ResourceRules, func(r admissionregistrationv1.NamedRuleWithOperations) bool {
+		return slices.Contains(r.Resources, "pods/status") && slices.Contains(r.Operations, admissionregistrationv1.Update)
+	}) {
+		t.Error("pods/status updates are not judged")
 	}
 	mut := p.Mutating.Spec.Mutations[0].JSONPatch.Expression
 	for _, want := range []string{`"/spec/containers/"`, `"/spec/initContainers/"`, `"/spec/ephemeralContainers/"`, `value: "void"`} {
@@ -76,7 +82,7 @@ func TestRenderFollowsThePolicy(t *testing.T) {
   env:
     extraDeviceVariables: [DOCKER_RESOURCE_GPU]
     unprefixedEnvFromOnGPU: deny
-  advisories: {privileged: deny, nvidiaRuntimeClass: deny}
+  advisories: {privileged: warn, capabilities: deny, nvidiaRuntimeClass: deny}
   exemptions:
     namespaces: [gpu-operator]
     serviceAccounts: [{namespace: ci, name: smoke}]
@@ -92,10 +98,13 @@ func TestRenderFollowsThePolicy(t *testing.T) {
 	for _, v := range p.Validating.Spec.Validations {
 		all += v.Message + "\n" + v.Expression + "\n"
 	}
-	for _, want := range []string{"[privileged]", "[nvidia-runtime-class]", "[envfrom-unprefixed]", `"DOCKER_RESOURCE_GPU"`} {
+	for _, want := range []string{"[capabilities]", "[nvidia-runtime-class]", "[envfrom-unprefixed]", `"DOCKER_RESOURCE_GPU"`} {
 		if !strings.Contains(all, want) {
 			t.Errorf("rendered validations lack %s", want)
 		}
+	}
+	if strings.Contains(all, "[privileged]") {
+		t.Error("privileged at warn must be left to the webhook")
 	}
 	if strings.Contains(all, "[final-state]") || p.Mutating.Spec.Mutations[0].JSONPatch.Expression != "[]" {
 		t.Error("with injectVoid off there is no final-state rule and no injection")

@@ -140,21 +140,36 @@ func (r *rules) finalState() string {
 	return or(missing...)
 }
 
-// privileged: a privileged container, or one that adds SYS_ADMIN or ALL.
+// privileged: a privileged container.
 func (r *rules) privileged() string {
-	return `has(c.securityContext) && ((has(c.securityContext.privileged) && c.securityContext.privileged) || ` +
-		`(has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && ` +
-		`c.securityContext.capabilities.add.exists(a, a.upperAscii() in ["SYS_ADMIN", "CAP_SYS_ADMIN", "ALL", "CAP_ALL"])))`
+	return `has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged`
 }
 
-// deviceAnnotation: a denied annotation key, on UPDATE only when added or changed.
+// capabilities: a container that adds SYS_ADMIN or ALL (a privileged one is
+// judged by privileged alone, as in the engine).
+func (r *rules) capabilities() string {
+	return `has(c.securityContext) && !(has(c.securityContext.privileged) && c.securityContext.privileged) && ` +
+		`has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && ` +
+		`c.securityContext.capabilities.add.exists(a, a.upperAscii() in ["SYS_ADMIN", "CAP_SYS_ADMIN", "ALL", "CAP_ALL"])`
+}
+
+// deviceAnnotation: a denied annotation key, on UPDATE (of the pod or of its
+// status, which keeps metadata) only when added or changed.
 func (r *rules) deviceAnnotation() string {
 	a := r.p.Spec.Annotations
 	denied := or(fmt.Sprintf("k in %s", list(a.DeniedKeys)), fmt.Sprintf("%s.exists(p, k.startsWith(p))", list(a.DeniedPrefixes)))
-	return fmt.Sprintf(subResource+` == "" && has(object.metadata.annotations) && object.metadata.annotations.exists(k, (%s) && `+
+	return fmt.Sprintf(subResource+` in ["", "status"] && has(object.metadata.annotations) && object.metadata.annotations.exists(k, (%s) && `+
 		`(request.operation == "CREATE" || !has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations) || `+
 		`oldObject.metadata.annotations[k] != object.metadata.annotations[k]))`, denied)
 }
+
+// AnnotationsChanged is true unless the request is an UPDATE of pods/status
+// that leaves the pod's annotations as they were: the kubelet's status
+// reports, which nothing of gpuguard's judges. The chart's webhook and the
+// backstop use it so that those never reach them.
+const AnnotationsChanged = subResource + ` != "status" || ` +
+	`has(object.metadata.annotations) != has(oldObject.metadata.annotations) || ` +
+	`(has(object.metadata.annotations) && object.metadata.annotations != oldObject.metadata.annotations)`
 
 // sensitiveHostPath: a hostPath equal to, below or above a sensitive path, with /run
 // and /var/run alike, for paths CEL can judge.

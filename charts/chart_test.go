@@ -30,6 +30,7 @@ import (
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 
+	gpuguardcel "github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/internal/chartrender"
 	"github.com/gpuguard/gpuguard/policy"
@@ -422,7 +423,14 @@ func TestWebhookConfigurations(t *testing.T) {
 			}
 			checkFailure(t, pods.Name, pods.FailurePolicy, admissionv1.Fail)
 			checkFailure(t, ctrls.Name, ctrls.FailurePolicy, admissionv1.Ignore)
-			checkRules(t, pods.Name, pods.Rules, map[string][]string{"pods": {"CREATE", "UPDATE"}, "pods/ephemeralcontainers": {"UPDATE"}})
+			checkRules(t, pods.Name, pods.Rules, map[string][]string{"pods": {"CREATE", "UPDATE"}, "pods/ephemeralcontainers": {"UPDATE"},
+				"pods/status": {"UPDATE"}, "pods/binding": {"CREATE"}})
+			// Status reports that leave annotations alone never reach the webhook;
+			// the filter is the CEL backstop's, so the two cannot drift apart.
+			if len(pods.MatchConditions) != 2 || pods.MatchConditions[0].Expression != gpuguardcel.AnnotationsChanged ||
+				!strings.Contains(pods.MatchConditions[1].Expression, `"binding"`) {
+				t.Errorf("%s: match conditions %+v, want the status filter (cel.AnnotationsChanged) and the binding filter", pods.Name, pods.MatchConditions)
+			}
 			checkRules(t, ctrls.Name, ctrls.Rules, map[string][]string{
 				"deployments": {"CREATE", "UPDATE"}, "replicasets": {"CREATE", "UPDATE"}, "statefulsets": {"CREATE", "UPDATE"},
 				"daemonsets": {"CREATE", "UPDATE"}, "jobs": {"CREATE", "UPDATE"}, "cronjobs": {"CREATE", "UPDATE"},

@@ -21,8 +21,8 @@ func TestDefault(t *testing.T) {
 	if got := strings.Join(s.GPUResources, ","); got != "nvidia.com/gpu,nvidia.com/gpu.shared,nvidia.com/mig-*" {
 		t.Errorf("gpuResources = %s", got)
 	}
-	if len(s.Env.ProtectedVariables) != 8 || s.Advisories.Privileged != config.SeverityWarn {
-		t.Errorf("protected variables %d, privileged %s", len(s.Env.ProtectedVariables), s.Advisories.Privileged)
+	if len(s.Env.ProtectedVariables) != 9 || s.Advisories.Privileged != config.SeverityDeny || s.Advisories.Capabilities != config.SeverityWarn {
+		t.Errorf("protected variables %d, privileged %s, capabilities %s", len(s.Env.ProtectedVariables), s.Advisories.Privileged, s.Advisories.Capabilities)
 	}
 	if _, err := config.Parse("default.yaml", config.DefaultYAML()); err != nil {
 		t.Errorf("the shipped default does not parse: %v", err)
@@ -85,6 +85,10 @@ func TestErrors(t *testing.T) {
 		{"bad severity", head + "spec:\n  advisories: {privileged: block}\n", []string{"spec.advisories.privileged: Unsupported value"}},
 		{"bad exemption", head + "spec:\n  exemptions:\n    serviceAccounts: [{namespace: Team_A, name: x}]\n", []string{"spec.exemptions.serviceAccounts[0].namespace"}},
 		{"empty prefix", head + "spec:\n  annotations: {deniedPrefixes: ['']}\n", []string{"would deny every annotation"}},
+		{"empty ignored prefix", head + "spec:\n  annotations: {ignoredPrefixes: ['']}\n", []string{"spec.annotations.ignoredPrefixes[0]", "silence every warning"}},
+		{"suspect label with a dot", head + "spec:\n  annotations: {suspectDomainLabels: [cdi.k8s]}\n", []string{"spec.annotations.suspectDomainLabels[0]", "one lower-case word"}},
+		{"suspect label with a dash", head + "spec:\n  annotations: {suspectDomainLabels: [cdi-devices]}\n", []string{"spec.annotations.suspectDomainLabels[0]"}},
+		{"bad capabilities severity", head + "spec:\n  advisories: {capabilities: allow}\n", []string{"spec.advisories.capabilities: Unsupported value"}},
 		{"missing apiVersion", "kind: GPUGuardPolicy\nspec: {}\n", []string{"apiVersion: Required value"}},
 		{"wrong kind", "apiVersion: gpuguard.io/v1alpha1\nkind: Policy\n", []string{"kind: Unsupported value: \"Policy\""}},
 		{"two documents", head + "---\n" + head, []string{"one YAML document"}},

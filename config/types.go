@@ -89,10 +89,21 @@ type ProtectedVariable struct {
 	AllowedValues []string `json:"allowedValues,omitempty"`
 }
 
-// AnnotationPolicy is the pod annotation deny-list.
+// AnnotationPolicy is the pod annotation deny-list, and the warning for
+// annotations of injectors that the list does not name.
 type AnnotationPolicy struct {
+	// DeniedPrefixes deny every annotation key that starts with one of them.
 	DeniedPrefixes []string `json:"deniedPrefixes"`
-	DeniedKeys     []string `json:"deniedKeys"`
+	// DeniedKeys deny these exact keys.
+	DeniedKeys []string `json:"deniedKeys"`
+	// SuspectDomainLabels make an annotation a suspected device request when a
+	// label of its key's domain (the part before "/", or the whole key without
+	// one, split at "." and "-") is one of them: the naming of annotation-driven
+	// injectors that no deny-list can name in advance. Such keys get a warning.
+	SuspectDomainLabels []string `json:"suspectDomainLabels"`
+	// IgnoredPrefixes are keys known to be no device request, never warned
+	// about (e.g. KubeVirt's cdi.kubevirt.io/ data importer).
+	IgnoredPrefixes []string `json:"ignoredPrefixes"`
 }
 
 // Advisories sets the effect of the advisory rules: Warn or Deny.
@@ -100,10 +111,13 @@ type Advisories struct {
 	// NVIDIARuntimeClass fires on a pod that runs with an NVIDIA runtime class
 	// but has no GPU container.
 	NVIDIARuntimeClass Severity `json:"nvidiaRuntimeClass"`
-	// Privileged fires on a privileged container or one that adds SYS_ADMIN or ALL:
-	// the toolkit honours device requests from such containers, and they see every
-	// device node anyway.
+	// Privileged fires on a privileged container: it sees every device node of
+	// the node, every GPU included, whatever it was allocated.
 	Privileged Severity `json:"privileged"`
+	// Capabilities fires on a container that adds SYS_ADMIN or ALL: the toolkit
+	// counts it as privileged and honours its device requests from the
+	// environment, but the device cgroup still holds.
+	Capabilities Severity `json:"capabilities"`
 }
 
 // Exemptions lists requests gpuguard allows untouched.

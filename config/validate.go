@@ -36,6 +36,7 @@ func Validate(p *Policy) field.ErrorList {
 	severities := []string{string(SeverityWarn), string(SeverityDeny)}
 	errs = append(errs, enum(spec.Child("advisories", "nvidiaRuntimeClass"), string(s.Advisories.NVIDIARuntimeClass), severities)...)
 	errs = append(errs, enum(spec.Child("advisories", "privileged"), string(s.Advisories.Privileged), severities)...)
+	errs = append(errs, enum(spec.Child("advisories", "capabilities"), string(s.Advisories.Capabilities), severities)...)
 	errs = append(errs, validateExemptions(spec.Child("exemptions"), &s.Exemptions)...)
 	return errs
 }
@@ -118,6 +119,17 @@ func validateAnnotations(fld *field.Path, a *AnnotationPolicy) field.ErrorList {
 	for i, p := range a.DeniedPrefixes {
 		if p == "" {
 			errs = append(errs, field.Invalid(fld.Child("deniedPrefixes").Index(i), p, "an empty prefix would deny every annotation"))
+		}
+	}
+	for i, p := range a.IgnoredPrefixes {
+		if p == "" {
+			errs = append(errs, field.Invalid(fld.Child("ignoredPrefixes").Index(i), p, "an empty prefix would silence every warning"))
+		}
+	}
+	for i, l := range a.SuspectDomainLabels {
+		if msgs := validation.IsDNS1123Label(l); len(msgs) > 0 || strings.Contains(l, "-") {
+			errs = append(errs, field.Invalid(fld.Child("suspectDomainLabels").Index(i), l,
+				"must be one lower-case word (letters and digits); keys are split at \".\" and \"-\""))
 		}
 	}
 	for i, k := range a.DeniedKeys {

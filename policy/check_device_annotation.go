@@ -10,30 +10,43 @@ import (
 // annotations.
 //
 // Fields read:
-//   - metadata.annotations of the pod, or of a controller's pod template.
+//   - metadata.annotations of the pod, of a controller's pod template, or of a
+//     Binding (pods/binding), whose annotations the API server copies onto the pod.
 //
 // Allowed values: any key that neither starts with one of the policy's
-// annotations.deniedPrefixes (default cdi.k8s.io/, nvidia.cdi.k8s.io,
-// devices.nri.io) nor equals one of annotations.deniedKeys (default
-// io.kubernetes.cri-o.Devices). Such annotations request CDI devices where containerd
-// passes pod annotations through, or where the NVIDIA NRI plugin runs. On an UPDATE of
-// a pod only keys it adds or changes count: the NRI plugin and the kubelet read them
-// again when a sandbox is recreated. Default action: deny, whatever the action.
+// annotations.deniedPrefixes nor equals one of annotations.deniedKeys. The defaults
+// name every annotation that node software turns into devices, mounts or device
+// cgroup access: CDI requests (cdi.k8s.io/, read by containerd, CRI-O and the NVIDIA
+// runtime where pod annotations reach the OCI spec), the NVIDIA NRI plugin
+// (nvidia.cdi.k8s.io), containerd's NRI device-injector under its current
+// noderesource.dev and older nri.io domains (devices, CDI devices, mounts, network
+// devices, writable cgroups), GKE's injector (devices.gke.io), the CDI NRI injector
+// (cdi.nri.io) and CRI-O's device and cgroup annotations. docs/threat-model.md lists
+// the source of each. On an UPDATE of a pod or of its status only keys it adds or
+// changes count: the NRI plugins and the kubelet read them again when a sandbox is
+// recreated. Default action: deny, whatever the action.
 func checkDeviceAnnotations(ev *evaluation) {
-	a := ev.t.meta.Annotations
-	if len(a) == 0 {
-		return
-	}
-	for _, key := range slices.Sorted(maps.Keys(a)) {
+	for _, key := range ev.judgedAnnotations() {
 		if !ev.e.deniedAnnotation(key) {
-			continue
-		}
-		if old, ok := ev.oldAnnotations[key]; ok && old == a[key] && ev.scope == scopeAddedAnnotations {
 			continue
 		}
 		ev.report(RuleDeviceAnnotation, effectDeny, nil, ev.t.metaPath.Child("annotations").Key(key).String(),
 			"annotation %q requests devices outside GPU accounting; remove it", key)
 	}
+}
+
+// judgedAnnotations lists, sorted, the annotation keys a request puts up for
+// judgement: all of them, or on an update those it adds or changes.
+func (ev *evaluation) judgedAnnotations() []string {
+	a := ev.t.meta.Annotations
+	keys := make([]string, 0, len(a))
+	for _, key := range slices.Sorted(maps.Keys(a)) {
+		if old, ok := ev.oldAnnotations[key]; ok && old == a[key] && ev.scope == scopeAddedAnnotations {
+			continue
+		}
+		keys = append(keys, key)
+	}
+	return keys
 }
 
 func (e *Engine) deniedAnnotation(key string) bool {

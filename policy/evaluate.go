@@ -16,6 +16,11 @@ import (
 // containers (kubectl debug) are added to a running pod.
 const SubresourceEphemeralContainers = "ephemeralcontainers"
 
+// SubresourceStatus is the subresource through which the kubelet reports a
+// pod's status. Its strategy resets the spec but keeps metadata, so an
+// UPDATE of it can change the pod's annotations.
+const SubresourceStatus = "status"
+
 // Evaluate decides one admission request. It never panics on a malformed object: a
 // kind it does not know, or a request it has nothing to say about, is allowed
 // untouched.
@@ -32,7 +37,7 @@ func (e *Engine) Evaluate(ctx context.Context, req *Request) Result {
 		return untouched
 	}
 	ev := &evaluation{ctx: ctx, e: e, req: req, t: t, phase: req.Phase, namespace: namespaceOf(req, t)}
-	if exempt := e.exemption(ev.namespace, req.UserInfo.Username, req.SubResource, t.spec); exempt != "" {
+	if exempt := e.exemption(ev.namespace, req.UserInfo.Username, writtenByRequester(req, t), t.spec); exempt != "" {
 		untouched.Exempt = exempt
 		untouched.AuditAnnotations = map[string]string{"exempt": exempt}
 		return untouched
@@ -52,6 +57,15 @@ func (e *Engine) Evaluate(ctx context.Context, req *Request) Result {
 // nothing.
 func (ev *evaluation) plan() bool {
 	req, t := ev.req, ev.t
+	if t.isBinding {
+		// The API server copies a binding's annotations onto the pod before
+		// its sandbox exists: each is judged as if added to the pod.
+		if ev.phase != Validating || req.Operation != admissionv1.Create {
+			return false
+		}
+		ev.scope = scopeAddedAnnotations
+		return true
+	}
 	if !t.isPod {
 		// Controllers are judged through their templates, and only in the validating
 		// phase: templates are not patched. On UPDATE only a changed template counts,
@@ -82,9 +96,10 @@ func (ev *evaluation) plan() bool {
 	case req.Operation == admissionv1.Update && req.SubResource == SubresourceEphemeralContainers:
 		ev.scope = scopeNewEphemeral
 		ev.containers = ev.e.newEphemeralContainers(t.spec, t.specPath, oldEphemeralNames(req))
-	case req.Operation == admissionv1.Update && req.SubResource == "":
+	case req.Operation == admissionv1.Update && (req.SubResource == "" || req.SubResource == SubresourceStatus):
 		// Pod env is immutable; what an update can add is annotations, which the NRI
-		// plugin and the kubelet read again when a sandbox is recreated.
+		// plugin and the kubelet read again when a sandbox is recreated. The status
+		// subresource can change them too.
 		ev.scope = scopeAddedAnnotations
 		if old, ok := targetOf(req.OldObject); ok {
 			ev.oldAnnotations = old.meta.Annotations
@@ -110,6 +125,7 @@ func (ev *evaluation) run() {
 	podLevel := ev.scope == scopePod || ev.scope == scopeTemplate
 	if podLevel || ev.scope == scopeAddedAnnotations {
 		checkDeviceAnnotations(ev)
+		checkInjectorAnnotations(ev)
 	}
 	if podLevel {
 		checkSensitiveHostPaths(ev)
@@ -124,6 +140,7 @@ func (ev *evaluation) run() {
 		checkEnvFromUnprefixed(ev, c)
 		checkDeviceListMounts(ev, c)
 		checkPrivileged(ev, c)
+		checkCapabilities(ev, c)
 		if !ev.t.isPod {
 			continue
 		}
@@ -134,6 +151,13 @@ func (ev *evaluation) run() {
 			checkFinalState(ev, c)
 		}
 	}
+}
+
+// writtenByRequester: the part of the pod this request judges is written by
+// whoever sends it, not by the pod's service account: ephemeral containers
+// added to a running pod, and a binding's annotations.
+func writtenByRequester(req *Request, t target) bool {
+	return t.isBinding || req.SubResource == SubresourceEphemeralContainers
 }
 
 func oldEphemeralNames(req *Request) map[string]bool {

@@ -12,9 +12,11 @@ const (
 	RuleEnvFromUnprefixed  RuleID = "envfrom-unprefixed"
 	RuleDeviceListMount    RuleID = "device-list-mount"
 	RuleDeviceAnnotation   RuleID = "device-annotation"
+	RuleInjectorAnnotation RuleID = "injector-annotation"
 	RuleSensitiveHostPath  RuleID = "sensitive-hostpath"
 	RuleNVIDIARuntimeClass RuleID = "nvidia-runtime-class"
 	RulePrivileged         RuleID = "privileged"
+	RuleCapabilities       RuleID = "capabilities"
 	RuleInjectVoid         RuleID = "inject-void"
 	RuleFinalState         RuleID = "final-state"
 	RuleNamespaceMode      RuleID = "namespace-mode"
@@ -23,6 +25,6 @@ const (
 // Rules lists every rule ID, for documentation and metrics.
 var Rules = []RuleID{
 	RuleDeviceEnv, RuleProtectedEnv, RuleEnvValueFrom, RuleEnvFromPrefix, RuleEnvFromUnprefixed,
-	RuleDeviceListMount, RuleDeviceAnnotation, RuleSensitiveHostPath, RuleNVIDIARuntimeClass,
-	RulePrivileged, RuleInjectVoid, RuleFinalState, RuleNamespaceMode,
+	RuleDeviceListMount, RuleDeviceAnnotation, RuleInjectorAnnotation, RuleSensitiveHostPath, RuleNVIDIARuntimeClass,
+	RulePrivileged, RuleCapabilities, RuleInjectVoid, RuleFinalState, RuleNamespaceMode,
 }

@@ -20,6 +20,9 @@ type target struct {
 	specPath *field.Path
 	// isPod is true for a Pod: only pods are patched; templates are judged only.
 	isPod bool
+	// isBinding is true for a Binding (pods/binding), whose annotations the API
+	// server copies onto the pod it binds. Its spec is empty.
+	isBinding bool
 }
 
 // targetOf finds the pod or pod template in an object; ok is false for other kinds.
@@ -33,6 +36,9 @@ func targetOf(obj runtime.Object) (t target, ok bool) {
 	case *corev1.Pod:
 		return target{object: &o.ObjectMeta, meta: &o.ObjectMeta, spec: &o.Spec,
 			metaPath: field.NewPath("metadata"), specPath: spec, isPod: true}, true
+	case *corev1.Binding:
+		return target{object: &o.ObjectMeta, meta: &o.ObjectMeta, spec: &corev1.PodSpec{},
+			metaPath: field.NewPath("metadata"), specPath: spec, isBinding: true}, true
 	case *corev1.PodTemplate:
 		return tmpl(&o.ObjectMeta, &o.Template, field.NewPath("template"))
 	case *corev1.ReplicationController:
@@ -56,8 +62,8 @@ func targetOf(obj runtime.Object) (t target, ok bool) {
 	return target{}, false
 }
 
-// Supported reports whether the engine evaluates objects of this type: pods and the
-// pod controllers whose templates it judges.
+// Supported reports whether the engine evaluates objects of this type: pods, the
+// pod controllers whose templates it judges, and pod bindings.
 func Supported(obj runtime.Object) bool {
 	_, ok := targetOf(obj)
 	return ok

@@ -115,6 +115,12 @@ func deployment(p *corev1.Pod) *appsv1.Deployment {
 		Spec:       appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: p.Spec}}}
 }
 
+func binding(annotations map[string]string) *corev1.Binding {
+	return &corev1.Binding{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Binding"},
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team-a", Annotations: annotations},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: "gpu-node-1"}}
+}
+
 func TestHandler(t *testing.T) {
 	leak := pod(container("app", false, all))
 	plain := pod(container("app", false))
@@ -166,6 +172,10 @@ func TestHandler(t *testing.T) {
 		{name: "ephemeral container without void", phase: policy.Validating, review: review{kind: "Pod", op: "UPDATE", subResource: "ephemeralcontainers", obj: debugged, old: running}, code: http.StatusForbidden, message: "[final-state]"},
 		{name: "annotation added on update", phase: policy.Validating, review: review{kind: "Pod", op: "UPDATE", obj: annotated, old: running}, code: http.StatusForbidden, message: "[device-annotation]"},
 		{name: "annotation kept on update", phase: policy.Validating, review: review{kind: "Pod", op: "UPDATE", obj: annotated, old: annotated}, allowed: true},
+		{name: "annotation added through status", phase: policy.Validating, review: review{kind: "Pod", op: "UPDATE", subResource: "status", obj: annotated, old: running}, code: http.StatusForbidden, message: "[device-annotation]"},
+		{name: "status report, annotations kept", phase: policy.Validating, review: review{kind: "Pod", op: "UPDATE", subResource: "status", obj: annotated, old: annotated}, allowed: true},
+		{name: "binding with a device annotation", phase: policy.Validating, review: review{kind: "Binding", op: "CREATE", subResource: "binding", obj: binding(map[string]string{"cdi.k8s.io/x": "nvidia.com/gpu=all"})}, code: http.StatusForbidden, message: "metadata.annotations[cdi.k8s.io/x] [device-annotation]"},
+		{name: "scheduler binding", phase: policy.Validating, review: review{kind: "Binding", op: "CREATE", subResource: "binding", obj: binding(nil)}, allowed: true},
 		{name: "deployment denied", phase: policy.Validating, review: review{kind: "Deployment", group: "apps", op: "CREATE", obj: deployment(leak)}, code: http.StatusForbidden, message: "spec.template.spec.containers[0].env[0] [device-env]"},
 		{name: "deployment scaled, template unchanged", phase: policy.Validating, review: review{kind: "Deployment", group: "apps", op: "UPDATE", obj: scaled, old: deployment(leak)}, allowed: true},
 		{name: "deployment template changed", phase: policy.Validating, review: review{kind: "Deployment", group: "apps", op: "UPDATE", obj: deployment(leak), old: deployment(plain)}, code: http.StatusForbidden},

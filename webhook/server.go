@@ -103,7 +103,7 @@ func newWebhookServer(o Options) ctrlwebhook.Server {
 func registerHandlers(srv ctrlwebhook.Server, handler func(policy.Phase) *Handler) {
 	for path, phase := range map[string]policy.Phase{MutatePath: policy.Mutating, ValidatePath: policy.Validating} {
 		hook := &admission.Webhook{Handler: handler(phase)}
-		srv.Register(path, withRequestTimeout(hook))
+		srv.Register(path, requireRequest(withRequestTimeout(hook)))
 	}
 }
 

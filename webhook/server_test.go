@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -163,15 +164,25 @@ func TestServesOverTLS(t *testing.T) {
 		t.Errorf("HTTP/2 must be off by default, got %s", r.Proto)
 	}
 
-	garbage, err := s.client.Post(s.base+MutatePath, "application/json", strings.NewReader("not json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var review admissionv1.AdmissionReview
-	_ = json.NewDecoder(garbage.Body).Decode(&review)
-	garbage.Body.Close()
-	if review.Response == nil || review.Response.Allowed || review.Response.Result.Code != http.StatusBadRequest {
-		t.Errorf("garbage must get a clean 400 review response, got %+v", review.Response)
+	for name, body := range map[string]string{
+		"garbage":      "not json",
+		"no request":   `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`,
+		"no uid":       `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"operation":"CREATE","kind":{"kind":"Pod"}}}`,
+		"no operation": `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"kind":"Pod"}}}`,
+	} {
+		resp, err := s.client.Post(s.base+MutatePath, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var review admissionv1.AdmissionReview
+		if resp.StatusCode != http.StatusBadRequest || json.Unmarshal(msg, &review) == nil && review.Response != nil {
+			t.Errorf("%s: want HTTP 400 and no admission verdict, got %d %s", name, resp.StatusCode, msg)
+		}
+		if !strings.Contains(string(msg), "admission review:") {
+			t.Errorf("%s: the error does not say what is wrong: %s", name, msg)
+		}
 	}
 
 	s.stop(t) // graceful: Run returns nil

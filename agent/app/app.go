@@ -158,9 +158,14 @@ func (a *Agent) Run(ctx context.Context, reload <-chan struct{}) error {
 		return ConfigError{err}
 	}
 	defer a.backend.Lib.Shutdown()
-	kubeletCreated, err := watchKubeletSocket(ctx, a.cfg.DevicePluginDir, a.log)
-	if err != nil {
-		return err
+	// Reporting only, the agent has no business with the kubelet's device
+	// plugin directory, which a node without a kubelet yet may lack.
+	var kubeletCreated <-chan struct{}
+	if a.cfg.DevicePlugin != PluginOff {
+		var err error
+		if kubeletCreated, err = watchKubeletSocket(ctx, a.cfg.DevicePluginDir, a.log); err != nil {
+			return err
+		}
 	}
 	retry, _ := time.ParseDuration(a.cfg.RetryInterval)
 	for {

@@ -490,3 +490,21 @@ func TestPublishNodeLabelsNeedsNodeName(t *testing.T) {
 		t.Fatalf("got %v, want a ConfigError asking for NODE_NAME", err)
 	}
 }
+
+// TestReportOnlyWithoutKubeletDir: --device-plugin=off reports on a node whose
+// kubelet has not made its device plugin directory (found on a real GPU
+// machine, where the agent exited instead).
+func TestReportOnlyWithoutKubeletDir(t *testing.T) {
+	cfg := testConfig(t, filepath.Join(shortDir(t), "absent"), "default")
+	cfg.DevicePlugin = PluginOff
+	r := run(t, cfg)
+	waitStarts(t, r.agent, 1)
+	select {
+	case <-r.done:
+		t.Fatalf("the agent stopped: %v", r.err)
+	default:
+	}
+	if err := r.agent.Healthy(); err != nil {
+		t.Errorf("report-only agent unhealthy: %v", err)
+	}
+}

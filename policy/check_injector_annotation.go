@@ -1,0 +1,49 @@
+package policy
+
+import (
+	"slices"
+	"strings"
+)
+
+// checkInjectorAnnotations is the advisory rule injector-annotation: annotations
+// that look like device requests to an injector the deny-list does not name.
+//
+// Fields read: the annotations device-annotation reads.
+//
+// Allowed values: any key that device-annotation denies (reported there), that
+// starts with one of annotations.ignoredPrefixes (default cdi.kubevirt.io/), or
+// whose domain has no label among annotations.suspectDomainLabels (default device,
+// devices, cdi, mount, mounts, netdevice, netdevices). The domain is the part of
+// the key before "/" (the whole key when it has none), split at "." and "-":
+// injectors name their annotations so (devices.example.com/container.NAME), and a
+// list of them can never be complete. Default: warn, so that an unknown injector
+// is at least visible; deny its prefix in annotations.deniedPrefixes, or ignore it.
+func checkInjectorAnnotations(ev *evaluation) {
+	a := &ev.e.policy.Spec.Annotations
+	if len(a.SuspectDomainLabels) == 0 {
+		return
+	}
+	for _, key := range ev.judgedAnnotations() {
+		if ev.e.deniedAnnotation(key) || slices.ContainsFunc(a.IgnoredPrefixes, func(p string) bool { return strings.HasPrefix(key, p) }) {
+			continue
+		}
+		if suspect(key, a.SuspectDomainLabels) {
+			ev.report(RuleInjectorAnnotation, effectWarn, nil, ev.t.metaPath.Child("annotations").Key(key).String(),
+				"%q looks like an unlisted injector's; deny or ignore it", key)
+		}
+	}
+}
+
+// suspect reports whether a label of a key's domain is one of labels.
+func suspect(key string, labels []string) bool {
+	domain, _, found := strings.Cut(key, "/")
+	if !found {
+		domain = key
+	}
+	for _, l := range strings.FieldsFunc(strings.ToLower(domain), func(r rune) bool { return r == '.' || r == '-' }) {
+		if slices.Contains(labels, l) {
+			return true
+		}
+	}
+	return false
+}
