@@ -126,8 +126,8 @@ func TestCheckExamplesJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &results); err != nil {
 		t.Fatalf("stdout is not one JSON array: %v\n%s", err, r.stdout)
 	}
-	if len(results) != 9 {
-		t.Errorf("%d results, want one per evaluated object (9)", len(results))
+	if len(results) != 11 {
+		t.Errorf("%d results, want one per evaluated object (11)", len(results))
 	}
 	verdicts := map[string]bool{}
 	for _, obj := range results {

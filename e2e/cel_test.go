@@ -222,6 +222,32 @@ func (cms fixtureConfigMaps) ConfigMapData(_ context.Context, _, name string) (m
 	return nil, policy.ErrConfigMapNotFound
 }
 
+// TestCELBackstopJudgesStatusUpdates: with the backstop alone, a pods/status
+// update that adds a device annotation is denied, and a status report that
+// leaves annotations alone is admitted (the match condition lets it through
+// unjudged).
+func TestCELBackstopJudgesStatusUpdates(t *testing.T) {
+	ctx := context.Background()
+	pods := s.cp.Client.CoreV1().Pods(enforceNS)
+	withBackstopOnly(t, func() {
+		created, err := pods.Create(ctx, plainPod("status-backstop"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer deletePod(ctx, enforceNS, created.Name)
+		report := created.DeepCopy()
+		report.Status.Phase = corev1.PodRunning
+		if created, err = pods.UpdateStatus(ctx, report, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("a status report was refused: %v", err)
+		}
+		created.Annotations = map[string]string{"devices.noderesource.dev/container.app": "- path: /dev/nvidia0\n"}
+		_, err = pods.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		if err == nil || !strings.Contains(err.Error(), "gpuguard backstop [device-annotation]") {
+			t.Errorf("a status update adding a device annotation must be denied by the backstop, got %v", err)
+		}
+	})
+}
+
 // TestCELBackstopWithTheWebhookDown installs the backstop beside webhooks that fail
 // open (failurePolicy Ignore, the availability option the backstop makes safe),
 // kills the webhook, and checks that the core guarantees hold; with the webhook up

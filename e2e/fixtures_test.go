@@ -41,6 +41,7 @@ type fixture struct {
 	Policy          map[string]any     `json:"policy"`
 	ConfigMaps      []corev1.ConfigMap `json:"configMaps"`
 	Object          json.RawMessage    `json:"object"`
+	OldObject       json.RawMessage    `json:"oldObject"`
 }
 
 // plain: a CREATE under the default policy, as a tenant would send it.

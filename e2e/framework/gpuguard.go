@@ -42,8 +42,9 @@ type Webhook struct {
 	Binary     string
 	Kubeconfig string
 	CertDir    string
-	// Port serves /mutate and /validate; ProbePort /healthz and /readyz.
-	Port, ProbePort int
+	// Port serves /mutate and /validate; ProbePort /healthz and /readyz;
+	// MetricsPort /metrics.
+	Port, ProbePort, MetricsPort int
 	// Extra flags, such as --cert-secret.
 	Extra []string
 	// Log collects the process's output.
@@ -63,7 +64,11 @@ func NewWebhook(binary, kubeconfig, certDir, logDir string) (*Webhook, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Webhook{Binary: binary, Kubeconfig: kubeconfig, CertDir: certDir, Port: port, ProbePort: probe,
+	metrics, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	return &Webhook{Binary: binary, Kubeconfig: kubeconfig, CertDir: certDir, Port: port, ProbePort: probe, MetricsPort: metrics,
 		Log: filepath.Join(logDir, "gpuguard-webhook.log")}, nil
 }
 
@@ -72,7 +77,7 @@ func (w *Webhook) Start(policyConfigMap string) error {
 	args := []string{"webhook",
 		"--kubeconfig", w.Kubeconfig, "--policy-configmap", policyConfigMap,
 		"--host", "127.0.0.1", "--port", strconv.Itoa(w.Port), "--cert-dir", w.CertDir,
-		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", w.ProbePort), "--metrics-bind-address", "0",
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", w.ProbePort), "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", w.MetricsPort),
 		"--configmap-cache-ttl", "1s",
 	}
 	log, err := os.OpenFile(w.Log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -106,6 +111,12 @@ func (w *Webhook) WaitReady(ctx context.Context, timeout time.Duration) error {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	})
+}
+
+// Metrics returns the webhook's metrics: sample name with labels, as
+// exposed, to value.
+func (w *Webhook) Metrics(ctx context.Context) (map[string]float64, error) {
+	return scrape(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", w.MetricsPort))
 }
 
 // Stop sends SIGTERM and waits for a clean exit.

@@ -60,7 +60,12 @@ func (n *Node) waitRegistered(ctx context.Context, before int) error {
 // AgentMetrics returns the agent's metrics: sample name with labels, as
 // exposed, to value.
 func (n *Node) AgentMetrics(ctx context.Context) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", n.agentMetricsPort), nil)
+	return scrape(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", n.agentMetricsPort))
+}
+
+// scrape reads a Prometheus endpoint.
+func scrape(ctx context.Context, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}

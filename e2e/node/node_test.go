@@ -4,9 +4,11 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +48,7 @@ func TestNode(t *testing.T) {
 		installGPUGuard(t)
 		t.Run("with gpuguard the same pod sees none", testLeakClosed)
 		t.Run("with gpuguard NVIDIA_VISIBLE_DEVICES=all is denied", testEnvAllDenied)
+		t.Run("the kubelet's status reports never reach the webhook", testStatusReportsNotSent)
 		t.Run("envvar: a GPU pod sees its device only", testAllocation)
 		t.Run("widening a GPU pod's allocation is denied", testWideningDenied)
 		t.Run("hardening report says not hardened", testReportNotHardened)
@@ -231,4 +234,53 @@ func expectReport(t *testing.T, hardened float64, checks map[string]string) {
 			t.Errorf("%s is not 1", key)
 		}
 	}
+}
+
+// testStatusReportsNotSent runs a pod to completion, so that the kubelet
+// reports its status several times, and checks that the webhook decided no
+// UPDATE meanwhile: the chart sends pods/status only when annotations change.
+// A status update that adds a device annotation, sent next, must be denied
+// and counted, so a flat count is the filter at work and not a dead metric.
+func testStatusReportsNotSent(t *testing.T) {
+	ctx := context.Background()
+	if s.in == nil {
+		t.Fatal("gpuguard is not installed")
+	}
+	before := updateDecisions(t)
+	_, done := probe(t, tenantNS, probePod("status-reports"))
+	if done.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("the kubelet reported phase %s, want Succeeded", done.Status.Phase)
+	}
+	if after := updateDecisions(t); after != before {
+		t.Errorf("the webhook decided %v UPDATE requests while the kubelet reported a pod's status, want none", after-before)
+	}
+	pod := s.node.ProbePod(fmt.Sprintf("status-annotated-%d", podSeq.Add(1)))
+	created, err := s.cp.Client.CoreV1().Pods(tenantNS).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.node.DeletePod(ctx, tenantNS, pod.Name) })
+	before = updateDecisions(t)
+	created.Annotations = map[string]string{cdiAllAnnotation: cdiAll}
+	_, err = s.cp.Client.CoreV1().Pods(tenantNS).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	expectDenied(t, err, "device-annotation")
+	if after := updateDecisions(t); after <= before {
+		t.Errorf("a status update that adds a device annotation was not counted (%v before, %v after)", before, after)
+	}
+}
+
+// updateDecisions sums the webhook's decisions on UPDATE requests.
+func updateDecisions(t *testing.T) float64 {
+	t.Helper()
+	m, err := s.in.Webhook.Metrics(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for k, v := range m {
+		if strings.HasPrefix(k, "gpuguard_admission_decisions_total{") && strings.Contains(k, `operation="UPDATE"`) {
+			sum += v
+		}
+	}
+	return sum
 }
