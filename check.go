@@ -31,9 +31,9 @@ func newCheckCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check [--policy FILE] [--mode enforce|warn|audit] [-o text|json] PATH...",
 		Short: "Report what the API server would do with pods and pod controllers, offline",
-		Long: `check reports, for every pod and pod controller in the given files, what gpuguard
-would do at admission: the mutating phase, then the validating phase on the
-mutated object.
+		Long: `check reports, for every pod, pod controller and Binding in the given files,
+what gpuguard would do at admission: the mutating phase, then the validating phase
+on the mutated object.
 
 PATH is a YAML or JSON file (several documents, or kind: List), a directory
 (walked for *.yaml, *.yml and *.json) or - for standard input. ConfigMaps in the

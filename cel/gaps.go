@@ -17,7 +17,7 @@ var WebhookOnly = []Gap{
 	{policy.RulePrivileged, "warnings: rendered only when the policy's severity is deny (the default)"},
 	{policy.RuleCapabilities, "warnings: rendered only when the policy's severity is deny"},
 	{policy.RuleInjectorAnnotation, "a warning only: the backstop renders what denies"},
-	{"pods-binding", "a Binding's annotations (pods/binding, which only the scheduler is usually allowed to create): the backstop's expressions read a pod, and a Binding has no spec"},
+	{"pods-binding", "a Binding's annotations (pods/binding and bindings, which only the scheduler is usually allowed to create): the backstop's expressions read a pod, and a Binding has no spec"},
 	{policy.RuleNVIDIARuntimeClass, "warnings: rendered only when the policy's severity is deny"},
 	{policy.RuleFinalState, "the warning for mirror pods (they are skipped)"},
 	{"pod-controllers", "Deployments, Jobs and other controllers are not judged through their templates; their pods are"},

@@ -113,8 +113,9 @@ func (r *rules) exemptions() []admissionregistrationv1.MatchCondition {
 			pairs = append(pairs, sa.Namespace+"/"+sa.Name)
 		}
 		conds = append(conds, admissionregistrationv1.MatchCondition{Name: "not-exempt-service-account",
-			// An ephemeral container is written by whoever adds it: not exempt.
-			Expression: fmt.Sprintf(subResource+` == "ephemeralcontainers" || !((request.namespace + "/" + (has(object.spec.serviceAccountName) && object.spec.serviceAccountName != "" ? `+
+			// What an UPDATE adds to a running pod (ephemeral containers,
+			// annotations) is written by whoever sends it: not exempt.
+			Expression: fmt.Sprintf(`request.operation == "UPDATE" || !((request.namespace + "/" + (has(object.spec.serviceAccountName) && object.spec.serviceAccountName != "" ? `+
 				`object.spec.serviceAccountName : (has(object.spec.serviceAccount) && object.spec.serviceAccount != "" ? object.spec.serviceAccount : "default"))) in %s)`,
 				list(pairs))})
 	}

@@ -145,10 +145,15 @@ func (r *rules) privileged() string {
 	return `has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged`
 }
 
-// capabilities: a container that adds SYS_ADMIN or ALL (a privileged one is
-// judged by privileged alone, as in the engine).
+// capabilities: a container that adds SYS_ADMIN or ALL. A privileged one is
+// judged by privileged alone, as in the engine, unless privileged only warns.
 func (r *rules) capabilities() string {
-	return `has(c.securityContext) && !(has(c.securityContext.privileged) && c.securityContext.privileged) && ` +
+	notPrivileged := `!(has(c.securityContext.privileged) && c.securityContext.privileged) && `
+	a := r.p.Spec.Advisories
+	if policy.CapabilitiesJudgePrivileged(a.Privileged, a.Capabilities) {
+		notPrivileged = ""
+	}
+	return `has(c.securityContext) && ` + notPrivileged +
 		`has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && ` +
 		`c.securityContext.capabilities.add.exists(a, a.upperAscii() in ["SYS_ADMIN", "CAP_SYS_ADMIN", "ALL", "CAP_ALL"])`
 }

@@ -424,11 +424,11 @@ func TestWebhookConfigurations(t *testing.T) {
 			checkFailure(t, pods.Name, pods.FailurePolicy, admissionv1.Fail)
 			checkFailure(t, ctrls.Name, ctrls.FailurePolicy, admissionv1.Ignore)
 			checkRules(t, pods.Name, pods.Rules, map[string][]string{"pods": {"CREATE", "UPDATE"}, "pods/ephemeralcontainers": {"UPDATE"},
-				"pods/status": {"UPDATE"}, "pods/binding": {"CREATE"}})
+				"pods/status": {"UPDATE"}, "pods/binding": {"CREATE"}, "bindings": {"CREATE"}})
 			// Status reports that leave annotations alone never reach the webhook;
 			// the filter is the CEL backstop's, so the two cannot drift apart.
 			if len(pods.MatchConditions) != 2 || pods.MatchConditions[0].Expression != gpuguardcel.AnnotationsChanged ||
-				!strings.Contains(pods.MatchConditions[1].Expression, `"binding"`) {
+				!strings.Contains(pods.MatchConditions[1].Expression, `request.kind.kind != "Binding"`) {
 				t.Errorf("%s: match conditions %+v, want the status filter (cel.AnnotationsChanged) and the binding filter", pods.Name, pods.MatchConditions)
 			}
 			checkRules(t, ctrls.Name, ctrls.Rules, map[string][]string{

@@ -46,16 +46,7 @@ func (s *suite) installBackstop(ctx context.Context, on bool) error {
 		}
 	}
 	if !on {
-		// The API server drops deleted policies a moment later, each on its
-		// own: wait until neither acts, or the next test sees their effects.
-		return framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
-			denied, err := backstopDeniesLeak(ctx)
-			if err != nil || denied {
-				return false, err
-			}
-			mutated, err := backstopMutates(ctx)
-			return !mutated, err
-		})
+		return waitBackstopGone(ctx)
 	}
 	if _, err := ar.ValidatingAdmissionPolicies().Create(ctx, p.Validating, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("the API server refused the rendered ValidatingAdmissionPolicy: %w", err)
@@ -82,6 +73,20 @@ func (s *suite) waitBackstop(ctx context.Context) error {
 			return false, nil
 		}
 		return backstopDeniesLeak(ctx)
+	})
+}
+
+// waitBackstopGone waits until no backstop acts any more. The API server drops
+// deleted policies a moment later, each on its own: without waiting, the next
+// test sees their effects.
+func waitBackstopGone(ctx context.Context) error {
+	return framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
+		denied, err := backstopDeniesLeak(ctx)
+		if err != nil || denied {
+			return false, err
+		}
+		mutated, err := backstopMutates(ctx)
+		return !mutated, err
 	})
 }
 
@@ -327,6 +332,9 @@ func TestWebhookKeepsTheBackstopInSync(t *testing.T) {
 		_ = ar.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
 		_ = ar.MutatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
 		_ = ar.MutatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
+		if err := waitBackstopGone(ctx); err != nil {
+			t.Errorf("the synced backstop still acts after its deletion: %v", err)
+		}
 		if err := s.writePolicy(ctx, suitePolicy); err != nil {
 			t.Error(err)
 		}

@@ -154,7 +154,7 @@ func requesterClient(t *testing.T) kubernetes.Interface {
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: requester}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "create", "update", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/status", "pods/ephemeralcontainers"}, Verbs: []string{"update", "patch"}},
-		{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/binding", "bindings"}, Verbs: []string{"create"}},
 	}}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: requester},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: requester},
@@ -201,7 +201,16 @@ func createTarget(ctx context.Context, c kubernetes.Interface, f namedFixture) (
 		pod = old.(*corev1.Pod)
 	}
 	pod.Namespace = ns
-	return c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	// Ephemeral containers cannot be set on create: they are added next,
+	// through their subresource, as kubectl debug would have.
+	ephemeral := pod.Spec.EphemeralContainers
+	pod.Spec.EphemeralContainers = nil
+	created, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil || len(ephemeral) == 0 {
+		return created, err
+	}
+	created.Spec.EphemeralContainers = ephemeral
+	return c.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, created.Name, created, metav1.UpdateOptions{})
 }
 
 // sendRequest sends a fixture's request about the pod target.
@@ -230,4 +239,72 @@ func sendRequest(ctx context.Context, tenant kubernetes.Interface, f *fixture, t
 		_, err = pods.UpdateEphemeralContainers(ctx, upd.Name, upd, metav1.UpdateOptions{})
 	}
 	return err
+}
+
+// TestBindingsSentOnlyWithAnnotations binds pods as the scheduler does, through
+// pods/binding and through the older namespace-level bindings resource. A
+// binding without annotations never reaches the webhook (the chart's match
+// condition); one that carries a deny-listed annotation is denied on either
+// path and counted, so a flat count is the filter at work.
+func TestBindingsSentOnlyWithAnnotations(t *testing.T) {
+	ctx := context.Background()
+	tenant := requesterClient(t)
+	ns := fixtureNamespace("bindings-sent-only-with-annotations")
+	if err := framework.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
+		t.Fatal(err)
+	}
+	pods := tenant.CoreV1().Pods(ns)
+	for _, name := range []string{"plain", "legacy", "annotated"} {
+		if _, err := pods.Create(ctx, plainPod(name), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	binding := func(pod string, annotations map[string]string) *corev1.Binding {
+		return &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: ns, Annotations: annotations},
+			Target: corev1.ObjectReference{Kind: "Node", Name: "gpu-node-1"}}
+	}
+	legacyBind := func(b *corev1.Binding) error {
+		return tenant.CoreV1().RESTClient().Post().Namespace(ns).Resource("bindings").
+			Body(b).Do(ctx).Error()
+	}
+	forged := map[string]string{"cdi.k8s.io/gpus": "nvidia.com/gpu=all"}
+
+	before := bindingDecisions(t)
+	if err := pods.Bind(ctx, binding("plain", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a binding without annotations was refused: %v", err)
+	}
+	if err := legacyBind(binding("legacy", nil)); err != nil {
+		t.Fatalf("a binding without annotations, through the bindings resource, was refused: %v", err)
+	}
+	if after := bindingDecisions(t); after != before {
+		t.Errorf("the webhook decided %v bindings without annotations, want none", after-before)
+	}
+	expectDenied(t, legacyBind(binding("annotated", forged)), "device-annotation")
+	expectDenied(t, pods.Bind(ctx, binding("annotated", forged), metav1.CreateOptions{}), "device-annotation")
+	if after := bindingDecisions(t); after < before+2 {
+		t.Errorf("two bindings with a device annotation were not both counted (%v before, %v after)", before, after)
+	}
+	stored, err := pods.Get(ctx, "annotated", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Spec.NodeName != "" || stored.Annotations["cdi.k8s.io/gpus"] != "" {
+		t.Errorf("a denied binding still reached the pod: node %q, annotations %v", stored.Spec.NodeName, stored.Annotations)
+	}
+}
+
+// bindingDecisions sums the suite webhook's decisions on Bindings.
+func bindingDecisions(t *testing.T) float64 {
+	t.Helper()
+	m, err := s.Webhook.Metrics(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for k, v := range m {
+		if strings.HasPrefix(k, "gpuguard_admission_decisions_total{") && strings.Contains(k, `kind="Binding"`) {
+			sum += v
+		}
+	}
+	return sum
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpuguard/gpuguard/config"
 )
 
 // checkCapabilities is the advisory rule capabilities.
@@ -17,9 +19,17 @@ import (
 // container even where the node refuses them from unprivileged ones; the device
 // cgroup still holds, so the container opens only what the runtime gave it.
 // Nsight profiling and FUSE need SYS_ADMIN. Default: warn (advisories.capabilities).
+//
+// A privileged container is left to the rule privileged, unless that rule is only
+// a warning and this one denies: then SYS_ADMIN denies it here, as it would
+// without privileged.
 func checkCapabilities(ev *evaluation, c *containerRef) {
 	sc := c.c.SecurityContext
-	if sc == nil || sc.Capabilities == nil || (sc.Privileged != nil && *sc.Privileged) {
+	if sc == nil || sc.Capabilities == nil {
+		return
+	}
+	advisories := ev.e.policy.Spec.Advisories
+	if sc.Privileged != nil && *sc.Privileged && !CapabilitiesJudgePrivileged(advisories.Privileged, advisories.Capabilities) {
 		return
 	}
 	for i, capability := range sc.Capabilities.Add {
@@ -35,4 +45,11 @@ func checkCapabilities(ev *evaluation, c *containerRef) {
 func grantsDevices(c corev1.Capability) bool {
 	name := strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_")
 	return name == "SYS_ADMIN" || name == "ALL"
+}
+
+// CapabilitiesJudgePrivileged reports whether the rule capabilities judges
+// privileged containers too: only where it is stricter than the rule
+// privileged, so that one container is never reported twice for one cause.
+func CapabilitiesJudgePrivileged(privileged, capabilities config.Severity) bool {
+	return privileged != config.SeverityDeny && capabilities == config.SeverityDeny
 }

@@ -154,10 +154,11 @@ func (ev *evaluation) run() {
 }
 
 // writtenByRequester: the part of the pod this request judges is written by
-// whoever sends it, not by the pod's service account: ephemeral containers
-// added to a running pod, and a binding's annotations.
+// whoever sends it, not by the pod's service account: anything an UPDATE adds
+// to a running pod (ephemeral containers, annotations through the pod or its
+// status), and a binding's annotations.
 func writtenByRequester(req *Request, t target) bool {
-	return t.isBinding || req.SubResource == SubresourceEphemeralContainers
+	return t.isBinding || (t.isPod && req.Operation == admissionv1.Update)
 }
 
 func oldEphemeralNames(req *Request) map[string]bool {

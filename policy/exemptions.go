@@ -9,8 +9,9 @@ import (
 // exemption names the policy exemption that covers a request, or returns "".
 // Pods are matched by namespace and the pod's own service account, never by labels or
 // schedulerName, which users control; requests by the requesting user's name. What
-// the requester writes (an ephemeral container, a binding's annotations) is not the
-// pod's service account's doing, so a service account exemption does not cover it.
+// the requester writes (an ephemeral container, annotations added to a running pod,
+// a binding's annotations) is not the pod's service account's doing, so a service
+// account exemption does not cover it.
 func (e *Engine) exemption(namespace, username string, byRequester bool, spec *corev1.PodSpec) string {
 	if username != "" && e.exemptUsers[username] {
 		return "user " + username

@@ -4,6 +4,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path"
@@ -14,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
@@ -261,8 +263,13 @@ func testStatusReportsNotSent(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.node.DeletePod(ctx, tenantNS, pod.Name) })
 	before = updateDecisions(t)
-	created.Annotations = map[string]string{cdiAllAnnotation: cdiAll}
-	_, err = s.cp.Client.CoreV1().Pods(tenantNS).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	// A merge patch carries no resourceVersion, so the kubelet's own status
+	// reports on this pod cannot make it conflict.
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{cdiAllAnnotation: cdiAll}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.cp.Client.CoreV1().Pods(tenantNS).Patch(ctx, created.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	expectDenied(t, err, "device-annotation")
 	if after := updateDecisions(t); after <= before {
 		t.Errorf("a status update that adds a device annotation was not counted (%v before, %v after)", before, after)
