@@ -649,10 +649,11 @@ func TestWorkloads(t *testing.T) {
 			if m, ok := mounts["/host"]; !ok || !m.ReadOnly {
 				t.Error("agent needs the host (toolkit and containerd configs) read-only at /host")
 			}
-			tokens := as.AutomountServiceAccountToken != nil && *as.AutomountServiceAccountToken
-			if tokens != (rc.name == "observability") {
-				t.Errorf("agent API token mounted = %v; it needs one only to publish node labels", tokens)
+			// The verifier (on by default, in report mode) records Events.
+			if as.AutomountServiceAccountToken == nil || !*as.AutomountServiceAccountToken {
+				t.Error("agent API token not mounted; the verifier records Events")
 			}
+			checkVerifier(t, as, "report")
 		})
 	}
 }
@@ -757,8 +758,11 @@ func TestRBAC(t *testing.T) {
 			}
 			checkGrants(t, "gpuguard-webhook", got["gpuguard-webhook"], want)
 			var agentWant []rbacRule
+			if rc.name != "agent-off" {
+				agentWant = append(agentWant, rbacRule{"cluster", "", "events", "create", ""})
+			}
 			if rc.name == "observability" {
-				agentWant = []rbacRule{{"cluster", "", "nodes", "get", ""}, {"cluster", "", "nodes", "patch", ""}}
+				agentWant = append(agentWant, rbacRule{"cluster", "", "nodes", "get", ""}, rbacRule{"cluster", "", "nodes", "patch", ""})
 			}
 			checkGrants(t, "gpuguard-agent", got["gpuguard-agent"], agentWant)
 			for sa := range got {
@@ -963,5 +967,70 @@ func TestHelmTestExpectation(t *testing.T) {
 				t.Errorf("test pod args %q, want verify expecting %s", args, tc.want)
 			}
 		})
+	}
+}
+
+// checkVerifier checks the agent pod for the node verifier in mode: the host's
+// PID namespace, the PodResources socket, the policy and the mode itself.
+func checkVerifier(t *testing.T, as corev1.PodSpec, mode string) {
+	t.Helper()
+	a := as.Containers[0]
+	on := mode != "off"
+	if as.HostPID != on {
+		t.Errorf("agent hostPID = %v with --verify=%s", as.HostPID, mode)
+	}
+	if !slices.Contains(a.Args, "--verify="+mode) {
+		t.Errorf("agent args %v lack --verify=%s", a.Args, mode)
+	}
+	hasPolicy := slices.ContainsFunc(a.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/etc/gpuguard" && m.ReadOnly })
+	hasSocket := slices.Contains(a.Args, "--pod-resources-socket=/host/var/lib/kubelet/pod-resources/kubelet.sock")
+	if hasPolicy != on || hasSocket != on {
+		t.Errorf("--verify=%s: policy mounted %v, PodResources socket given %v", mode, hasPolicy, hasSocket)
+	}
+}
+
+// TestAgentVerifierModes: enforce adds evictions to the agent's grants, off
+// takes away the token, the host PID namespace and the grants; the GPU
+// Operator preset adds the operator's namespace to the verifier's exempt ones.
+func TestAgentVerifierModes(t *testing.T) {
+	c := loadChart(t)
+	for _, tc := range []struct {
+		mode, values string
+		grants       []string
+		token        bool
+	}{
+		{"enforce", "agent: {verify: {mode: enforce}}", []string{"cluster /events create", "cluster /pods/eviction create"}, true},
+		{"off", "agent: {verify: {mode: off}}", nil, false},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			objs := decodeAll(t, docs(renderCaseValues(t, c, renderCase{tc.mode, tc.values}), false))
+			as := one[*appsv1.DaemonSet](t, objs).Spec.Template.Spec
+			checkVerifier(t, as, tc.mode)
+			if token := as.AutomountServiceAccountToken != nil && *as.AutomountServiceAccountToken; token != tc.token {
+				t.Errorf("token mounted = %v, want %v", token, tc.token)
+			}
+			var grants []string
+			for _, r := range findAll[*rbacv1.ClusterRole](objs) {
+				if r.Name != "gpuguard-agent" {
+					continue
+				}
+				for _, rule := range r.Rules {
+					for _, res := range rule.Resources {
+						for _, v := range rule.Verbs {
+							grants = append(grants, "cluster /"+res+" "+v)
+						}
+					}
+				}
+			}
+			slices.Sort(grants)
+			if !slices.Equal(grants, tc.grants) {
+				t.Errorf("agent grants %v, want %v", grants, tc.grants)
+			}
+		})
+	}
+	objs := decodeAll(t, docs(renderCaseValues(t, c, renderCase{"operator", "policy: {presets: {gpuOperator: {enabled: true}}}\nagent: {verify: {exemptNamespaces: [dcgm]}}"}), false))
+	a := one[*appsv1.DaemonSet](t, objs).Spec.Template.Spec.Containers[0]
+	if !slices.Contains(a.Args, "--verify-exempt-namespaces=dcgm,gpu-operator") {
+		t.Errorf("agent args %v: want the listed and the GPU Operator's namespaces exempt", a.Args)
 	}
 }

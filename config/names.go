@@ -1,6 +1,7 @@
 package config
 
 import (
+	"path"
 	"slices"
 	"strings"
 )
@@ -39,3 +40,18 @@ func (s *PolicySpec) GPUResourcePatterns() (exact, globs []string) {
 
 // IsGlob reports whether a gpuResources entry is a pattern.
 func IsGlob(resource string) bool { return strings.ContainsAny(resource, "*?[\\") }
+
+// IsGPUResource reports whether a resource name is one of gpuResources, or
+// matches one of its patterns.
+func (s *PolicySpec) IsGPUResource(name string) bool {
+	exact, globs := s.GPUResourcePatterns()
+	if slices.Contains(exact, name) {
+		return true
+	}
+	for _, g := range globs {
+		if ok, _ := path.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuguard/gpuguard/agent/cdispec"
 	"github.com/gpuguard/gpuguard/agent/discovery"
@@ -18,6 +19,7 @@ import (
 	"github.com/gpuguard/gpuguard/agent/nodeconfig"
 	"github.com/gpuguard/gpuguard/agent/plugin"
 	"github.com/gpuguard/gpuguard/agent/strategy"
+	"github.com/gpuguard/gpuguard/agent/verify"
 )
 
 // ConfigError is a configuration the agent refuses to run with.
@@ -41,6 +43,9 @@ type Agent struct {
 	// nodeLabels publishes the hardening report; nil unless
 	// --publish-node-labels.
 	nodeLabels *labelPublisher
+	// kube records the verifier's Events and evictions; nil without API access.
+	kube          kubernetes.Interface
+	verifyMetrics *verify.Metrics
 
 	// otherPlugins are the sockets of another NVIDIA device plugin once
 	// seen in --device-plugin=auto. The agent remembers them because a
@@ -78,11 +83,19 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Agent, error)
 		}
 		nodeLabels = p
 	}
+	kube, err := apiClient(cfg.Kubeconfig)
+	if err != nil {
+		return nil, ConfigError{err}
+	}
+	if kube == nil && cfg.Verify == verify.ModeEnforce {
+		return nil, ConfigError{fmt.Errorf("--verify=enforce evicts through the API server: run in a cluster or pass --kubeconfig")}
+	}
 	b, err := discovery.OpenBackend(cfg.Backend, cfg.NodeName, cfg.NVMLLibrary)
 	if err != nil {
 		return nil, ConfigError{err}
 	}
-	a := &Agent{cfg: cfg, log: log, backend: b, nodeLabels: nodeLabels,
+	a := &Agent{cfg: cfg, log: log, backend: b, nodeLabels: nodeLabels, kube: kube,
+		verifyMetrics: verify.NewMetrics(reg),
 		pluginMetrics: plugin.NewMetrics(reg),
 		hardening:     nodeconfig.NewMetrics(reg),
 		xids:          health.NewXIDCounter(reg),
@@ -117,7 +130,7 @@ func (c Config) validate() error {
 	if _, err := time.ParseDuration(c.RetryInterval); err != nil {
 		return fmt.Errorf("--retry-interval: %w", err)
 	}
-	return nil
+	return validateVerify(c)
 }
 
 // Backend is the opened discovery backend (tests reach the mock through it).
@@ -260,6 +273,7 @@ func (a *Agent) start(ctx context.Context) (*session, error) {
 	s := &session{}
 	sctx, cancel := context.WithCancel(ctx)
 	s.cancel = cancel
+	a.startVerifier(sctx, s, inv)
 	if a.cfg.DevicePlugin == PluginOff {
 		a.log.Info("device plugin off (--device-plugin=off): reporting only")
 		return s, nil

@@ -372,13 +372,18 @@ func TestAgentRefusesStrategyTheToolkitIgnores(t *testing.T) {
 
 func TestBadFlags(t *testing.T) {
 	for name, mutate := range map[string]func(*Config){
-		"plugin mode":  func(c *Config) { c.DevicePlugin = "maybe" },
-		"strategy":     func(c *Config) { c.DeviceListStrategy = "envvar,volume-mounts" },
-		"id strategy":  func(c *Config) { c.DeviceIDStrategy = "serial" },
-		"mig strategy": func(c *Config) { c.MIGStrategy = "single" },
-		"xids":         func(c *Config) { c.IgnoredXIDs = "13,abc" },
-		"backend":      func(c *Config) { c.Backend = "mock:dgx1" },
-		"retry":        func(c *Config) { c.RetryInterval = "soon" },
+		"plugin mode":     func(c *Config) { c.DevicePlugin = "maybe" },
+		"strategy":        func(c *Config) { c.DeviceListStrategy = "envvar,volume-mounts" },
+		"id strategy":     func(c *Config) { c.DeviceIDStrategy = "serial" },
+		"mig strategy":    func(c *Config) { c.MIGStrategy = "single" },
+		"xids":            func(c *Config) { c.IgnoredXIDs = "13,abc" },
+		"backend":         func(c *Config) { c.Backend = "mock:dgx1" },
+		"retry":           func(c *Config) { c.RetryInterval = "soon" },
+		"verify mode":     func(c *Config) { c.Verify = "audit" },
+		"verify interval": func(c *Config) { c.VerifyInterval = "10ms" },
+		"verify policy":   func(c *Config) { c.PolicyFile = "/nonexistent/policy.yaml" },
+		// Enforcing evicts through the API server, which this agent has no access to.
+		"verify enforce without API access": func(c *Config) { c.Verify = "enforce" },
 	} {
 		cfg := testConfig(t, "/nonexistent", "hardened")
 		mutate(&cfg)

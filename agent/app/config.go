@@ -9,6 +9,7 @@ import (
 	"github.com/gpuguard/gpuguard/agent/health"
 	"github.com/gpuguard/gpuguard/agent/plugin"
 	"github.com/gpuguard/gpuguard/agent/strategy"
+	"github.com/gpuguard/gpuguard/agent/verify"
 )
 
 // Device plugin modes.
@@ -44,6 +45,15 @@ type Config struct {
 	MetricsAddr       string
 	RetryInterval     string
 	PublishNodeLabels bool
+
+	Verify                 string
+	VerifyInterval         string
+	VerifyExemptNamespaces []string
+	CRIEndpoint            string
+	PodResourcesSocket     string
+	ProcRoot               string
+	PolicyFile             string
+	Kubeconfig             string
 }
 
 // DefaultConfig has the flags' defaults.
@@ -62,6 +72,10 @@ func DefaultConfig() Config {
 		HealthChecks:       true,
 		MetricsAddr:        ":9465",
 		RetryInterval:      "30s",
+		Verify:             verify.ModeReport,
+		VerifyInterval:     "10s",
+		PodResourcesSocket: verify.DefaultPodResourcesSocket,
+		ProcRoot:           "/proc",
 	}
 }
 
@@ -87,5 +101,13 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.HealthChecks, "health-checks", c.HealthChecks, "watch NVML for XID errors")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address of /metrics and /healthz (empty: off)")
 	fs.StringVar(&c.RetryInterval, "retry-interval", c.RetryInterval, "how long to wait before retrying a failed start or registration")
+	fs.StringVar(&c.Verify, "verify", c.Verify, "node verifier: off; report (find containers that can open a GPU the kubelet did not allocate to them: log, metric, Event); enforce (also evict their pods)")
+	fs.StringVar(&c.VerifyInterval, "verify-interval", c.VerifyInterval, "how often the verifier looks at every running container")
+	fs.StringSliceVar(&c.VerifyExemptNamespaces, "verify-exempt-namespaces", c.VerifyExemptNamespaces, "namespaces whose findings are logged at info level only, besides the policy's exempt namespaces (GPU infrastructure that sees every GPU by design)")
+	fs.StringVar(&c.CRIEndpoint, "cri-endpoint", c.CRIEndpoint, "the node's CRI socket (default: containerd's, k3s's or CRI-O's, found under --host-root)")
+	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", c.PodResourcesSocket, "the kubelet's PodResources socket")
+	fs.StringVar(&c.ProcRoot, "proc-root", c.ProcRoot, "the host's /proc (the agent needs the host's PID namespace to see containers' roots)")
+	fs.StringVar(&c.PolicyFile, "policy-file", c.PolicyFile, "gpuguard policy document (the chart mounts the policy ConfigMap): its gpuResources and exempt namespaces; default: the built-in policy")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig for Events and evictions (default: the pod's service account in a cluster; none outside one)")
 	fs.BoolVar(&c.PublishNodeLabels, "publish-node-labels", c.PublishNodeLabels, "label this node with the hardening report (gpuguard.io/hardened, gpuguard.io/check.*); needs $NODE_NAME or --node-name, and RBAC to get and patch nodes")
 }

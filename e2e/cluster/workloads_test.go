@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,9 +47,35 @@ func TestChartServesGPUs(t *testing.T) {
 	if got := len(leak.GPUs()); got != len(s.node.GPUs) {
 		t.Fatalf("before install, a CUDA-style pod without a GPU limit should see all %d GPUs, saw %v", len(s.node.GPUs), leak.GPUs())
 	}
+	// The same pod, still running when gpuguard is installed: admission never
+	// sees it, the chart's node verifier must.
+	running, err := s.node.StartHeldProbe(ctx, tenantNS, scheduledProbe("running-before"))
+	t.Cleanup(func() { _ = s.node.DeletePod(ctx, tenantNS, "running-before") })
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	installWithAgent(t)
 	waitAllocatableGPUs(t, len(s.node.GPUs))
+
+	t.Run("the verifier finds a pod that ran before install", func(t *testing.T) {
+		err := framework.Poll(ctx, time.Minute, func() (bool, error) {
+			evs, err := s.cp.Client.CoreV1().Events(tenantNS).List(ctx, metav1.ListOptions{
+				FieldSelector: "involvedObject.name=" + running.Name + ",reason=UnallocatedGPUAccess"})
+			if err != nil || len(evs.Items) == 0 {
+				return false, nil
+			}
+			for _, g := range s.node.GPUs {
+				if !strings.Contains(evs.Items[0].Message, g.UUID) {
+					return false, fmt.Errorf("the Event names not every GPU: %s", evs.Items[0].Message)
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("the chart's agent recorded no UnallocatedGPUAccess Event naming every GPU on %s: %v\n%s", running.Name, err, s.node.LogTails())
+		}
+	})
 
 	t.Run("one GPU", func(t *testing.T) {
 		var pod *corev1.Pod

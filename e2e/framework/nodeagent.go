@@ -28,9 +28,49 @@ func (n *Node) startAgent(p NodeProfile) error {
 		"--toolkit-config", n.toolkitConfigPath(), "--containerd-config", n.containerdConfigPath(),
 		"--toolkit-version", n.toolkitVersion,
 		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", n.agentMetricsPort), "--retry-interval", "2s"}, cdi...)
-	var err error
-	n.agent, err = startDaemon("gpuguard-agent", filepath.Join(n.Root, "log"), nil, n.agentBinary, args...)
+	verifyArgs, err := n.verifyArgs(p)
+	if err != nil {
+		return err
+	}
+	n.agent, err = startDaemon("gpuguard-agent", filepath.Join(n.Root, "log"), nil, n.agentBinary, append(args, verifyArgs...)...)
 	return err
+}
+
+// VerifyModeEnv overrides the agent's --verify in every profile.
+const VerifyModeEnv = "GPUGUARD_E2E_NODE_VERIFY"
+
+// verifyArgs point the agent's verifier at the node's containerd and
+// kubelet, with API access for Events and evictions, looking every two
+// seconds.
+func (n *Node) verifyArgs(p NodeProfile) ([]string, error) {
+	mode := p.Verify
+	if mode == "" {
+		mode = "report"
+	}
+	// Set to off, the verifier's scenarios must fail: the suite shows so.
+	if forced := os.Getenv(VerifyModeEnv); forced != "" {
+		mode = forced
+	}
+	kubeconfig, err := n.cp.Kubeconfig("gpuguard-agent-" + n.Name)
+	if err != nil {
+		return nil, err
+	}
+	return []string{"--verify", mode, "--verify-interval", "2s", "--cri-endpoint", n.ContainerdSocket(),
+		"--pod-resources-socket", n.PodResourcesSocket(), "--kubeconfig", kubeconfig}, nil
+}
+
+// PodResourcesSocket is the kubelet's PodResources socket, under its --root-dir.
+func (n *Node) PodResourcesSocket() string {
+	return filepath.Join(n.Root, "kubelet", "pod-resources", "kubelet.sock")
+}
+
+// AgentLog is the agent's log so far.
+func (n *Node) AgentLog() string {
+	if n.agent == nil {
+		return ""
+	}
+	data, _ := os.ReadFile(n.agent.Log)
+	return string(data)
 }
 
 // registrations counts the agent's successful registrations so far.
@@ -104,11 +144,15 @@ func parseMetrics(r io.Reader) (map[string]float64, error) {
 // on this node (agent.extraArgs): the mock backend, since no NVIDIA driver
 // is here; the node's toolkit and containerd configs, which live under its
 // root rather than /etc; the toolkit's version, since nvidia-ctk is not
-// installed; and quick retries, for a test.
+// installed; the verifier's sockets; and quick retries, for a test.
 func (n *Node) ChartAgentArgs() []string {
 	return []string{"--backend=mock:" + MockSystem, "--toolkit-config=" + n.toolkitConfigPath(),
 		"--containerd-config=" + n.containerdConfigPath(), "--toolkit-version=" + n.toolkitVersion,
-		"--retry-interval=2s"}
+		"--retry-interval=2s",
+		// The verifier's sockets, which live under the node's root here,
+		// seen through the chart's read-only host mount; a quicker look.
+		"--cri-endpoint=/host" + n.ContainerdSocket(), "--pod-resources-socket=/host" + n.PodResourcesSocket(),
+		"--verify-interval=2s"}
 }
 
 // CDIDir is the node's CDI spec directory, which containerd and the NVIDIA

@@ -26,6 +26,8 @@ type NodeProfile struct {
 	// OwnCDISpec: for CDI strategies the agent writes and names devices from
 	// its own spec (kind gpuguard.io/gpu) instead of the toolkit's.
 	OwnCDISpec bool
+	// Verify is the agent's --verify; "" is its default, report.
+	Verify string
 }
 
 // String names the profile in logs and tables.
@@ -40,6 +42,9 @@ func (p NodeProfile) String() string {
 	s += ", agent " + p.Strategy
 	if p.OwnCDISpec {
 		s += " with its own CDI spec"
+	}
+	if p.Verify != "" {
+		s += ", verifier " + p.Verify
 	}
 	return s
 }

@@ -85,9 +85,14 @@ func MockGPUs(ctx context.Context, agent, node, scratch string) ([]mockGPU, erro
 // gives every GPU container.
 var controlNodes = []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
 
-// MakeFakeGPUs creates a character device per GPU and per control node in
-// devDir, with the null device's numbers: opening one is harmless, and the
-// runtime and runc handle them exactly like real GPU nodes.
+// nvidiaMajor is the NVIDIA driver's character-device major number.
+const nvidiaMajor = 195
+
+// MakeFakeGPUs creates a character device per GPU in devDir with a real GPU
+// node's numbers (195:<minor>), and per control node with the null device's.
+// No driver answers to 195 here, so opening a GPU node fails (ENXIO) and is
+// harmless; the runtime, runc and the agent's verifier, which match devices
+// by their numbers, handle them exactly like real GPU nodes.
 func MakeFakeGPUs(devDir string, gpus []mockGPU) ([]FakeGPU, error) {
 	if err := os.MkdirAll(devDir, 0o755); err != nil {
 		return nil, err
@@ -97,8 +102,8 @@ func MakeFakeGPUs(devDir string, gpus []mockGPU) ([]FakeGPU, error) {
 		name := "nvidia" + strconv.Itoa(g.Minor)
 		out = append(out, FakeGPU{Index: g.Index, UUID: g.UUID, Node: filepath.Join(devDir, name), Container: "/dev/" + name})
 	}
-	for _, f := range out {
-		if err := mknodNull(f.Node); err != nil {
+	for i, f := range out {
+		if err := mknod(f.Node, nvidiaMajor, uint32(gpus[i].Minor)); err != nil {
 			return nil, err
 		}
 	}
@@ -110,11 +115,13 @@ func MakeFakeGPUs(devDir string, gpus []mockGPU) ([]FakeGPU, error) {
 	return out, nil
 }
 
-func mknodNull(path string) error {
+func mknodNull(path string) error { return mknod(path, 1, 3) }
+
+func mknod(path string, major, minor uint32) error {
 	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+	if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(major, minor))); err != nil {
 		return fmt.Errorf("mknod %s: %w", path, err)
 	}
 	return nil

@@ -163,3 +163,31 @@ func (n *Node) GPUByID(id string) (FakeGPU, bool) {
 	}
 	return FakeGPU{}, false
 }
+
+// StartHeldProbe creates the pod with its probe told to keep running
+// (PROBE_HOLD) and waits until its container runs; the caller deletes it.
+func (n *Node) StartHeldProbe(ctx context.Context, ns string, pod *corev1.Pod) (*corev1.Pod, error) {
+	c := &pod.Spec.Containers[0]
+	c.Env = append(c.Env, corev1.EnvVar{Name: "PROBE_HOLD", Value: "1"})
+	pods := n.cp.Client.CoreV1().Pods(ns)
+	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var running *corev1.Pod
+	err = Poll(ctx, 2*time.Minute, func() (bool, error) {
+		p, err := pods.Get(ctx, created.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		running = p
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			return false, fmt.Errorf("the held probe ended (phase %s)", p.Status.Phase)
+		}
+		return len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Running != nil, nil
+	})
+	if err != nil {
+		return running, fmt.Errorf("pod %s/%s did not start: %w\nstatus: %s\n%s", ns, pod.Name, err, statusJSON(running), n.LogTails())
+	}
+	return running, nil
+}

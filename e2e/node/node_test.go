@@ -25,12 +25,14 @@ import (
 // commonly set up: the NVIDIA runtime is containerd's default handler and
 // the toolkit keeps its defaults.
 var (
-	typical       = framework.NodeProfile{Strategy: "envvar"}
-	hardenedMount = framework.NodeProfile{Hardened: true, Strategy: "volume-mounts"}
-	hardenedCDIAn = framework.NodeProfile{Hardened: true, Strategy: "cdi-annotations"}
-	hardenedCDI   = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri"}
-	passthrough   = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri", PodAnnotations: []string{"cdi.k8s.io/*"}}
-	ownCDISpec    = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri", OwnCDISpec: true}
+	typical = framework.NodeProfile{Strategy: "envvar"}
+	// typicalEnforcing is the typical node with the agent's verifier evicting.
+	typicalEnforcing = framework.NodeProfile{Strategy: "envvar", Verify: "enforce"}
+	hardenedMount    = framework.NodeProfile{Hardened: true, Strategy: "volume-mounts"}
+	hardenedCDIAn    = framework.NodeProfile{Hardened: true, Strategy: "cdi-annotations"}
+	hardenedCDI      = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri"}
+	passthrough      = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri", PodAnnotations: []string{"cdi.k8s.io/*"}}
+	ownCDISpec       = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri", OwnCDISpec: true}
 )
 
 const defaultPolicy = `apiVersion: gpuguard.io/v1alpha1
@@ -47,13 +49,17 @@ func TestNode(t *testing.T) {
 	t.Run("typical node", func(t *testing.T) {
 		apply(t, typical)
 		t.Run("without gpuguard a pod without GPUs sees every GPU", testLeak)
+		t.Run("the verifier finds a pod created while admission was absent", testVerifierFinds(tenantNS, envLeak))
 		installGPUGuard(t)
+		t.Run("the verifier finds a pod in a namespace admission does not guard", testVerifierFinds(exemptNS, envLeak))
 		t.Run("with gpuguard the same pod sees none", testLeakClosed)
 		t.Run("with gpuguard NVIDIA_VISIBLE_DEVICES=all is denied", testEnvAllDenied)
 		t.Run("the kubelet's status reports never reach the webhook", testStatusReportsNotSent)
 		t.Run("envvar: a GPU pod sees its device only", testAllocation)
 		t.Run("widening a GPU pod's allocation is denied", testWideningDenied)
 		t.Run("hardening report says not hardened", testReportNotHardened)
+		apply(t, typicalEnforcing)
+		t.Run("the verifier in enforce mode evicts a leaking pod", testVerifierEnforceEvicts)
 	})
 	t.Run("hardened node", func(t *testing.T) {
 		apply(t, hardenedMount)
@@ -73,6 +79,7 @@ func TestNode(t *testing.T) {
 		apply(t, passthrough)
 		t.Run("without gpuguard a CDI pod annotation grants every GPU", testAnnotationPassed)
 		t.Run("with gpuguard it is denied", testAnnotationDenied)
+		t.Run("the verifier finds a CDI annotation pod admission does not guard", testVerifierFinds(exemptNS, cdiLeak))
 		t.Run("hardening report flags the passthrough", testReportPassthrough)
 	})
 }

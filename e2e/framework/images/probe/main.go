@@ -6,15 +6,18 @@
 // /dev/termination-log, which the kubelet copies into the pod's status: the
 // NVIDIA_* variables, the entries under /var/run/nvidia-container-devices
 // (the volume-mounts device list) and the /dev/nvidia* nodes it can see.
+// With PROBE_HOLD set it keeps running afterwards, for the node verifier.
 package main
 
 import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // report is what the suite reads back; keep in step with framework.ProbeReport.
@@ -41,6 +44,12 @@ func main() {
 	if err := os.WriteFile("/dev/termination-log", out, 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "writing the termination log:", err)
 		os.Exit(1)
+	}
+	if os.Getenv("PROBE_HOLD") != "" {
+		// Keep running, as a workload would, until the kubelet stops it.
+		stop := make(chan os.Signal, 1)
+		signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+		<-stop
 	}
 }
 

@@ -1,0 +1,150 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpuguard/gpuguard/agent/discovery"
+	"github.com/gpuguard/gpuguard/agent/verify"
+	"github.com/gpuguard/gpuguard/config"
+)
+
+func validateVerify(c Config) error {
+	switch c.Verify {
+	case verify.ModeOff, verify.ModeReport, verify.ModeEnforce:
+	default:
+		return fmt.Errorf("--verify=%s: want off, report or enforce", c.Verify)
+	}
+	if d, err := time.ParseDuration(c.VerifyInterval); err != nil || d < time.Second {
+		return fmt.Errorf("--verify-interval=%s: want a duration of at least 1s", c.VerifyInterval)
+	}
+	if c.PolicyFile != "" {
+		if _, err := readPolicy(c.PolicyFile); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apiClient is the agent's client for Events and evictions: --kubeconfig, or
+// the pod's service account in a cluster; nil outside one.
+func apiClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	switch {
+	case kubeconfig != "":
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	case os.Getenv("KUBERNETES_SERVICE_HOST") != "":
+		cfg, err = rest.InClusterConfig()
+	default:
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("API access for the verifier: %w", err)
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+func readPolicy(path string) (*config.Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--policy-file: %w", err)
+	}
+	p, err := config.Parse(path, data)
+	if err != nil {
+		return nil, fmt.Errorf("--policy-file: %w", err)
+	}
+	return p, nil
+}
+
+// startVerifier runs the node verifier in the session until it stops. The
+// runtime and the kubelet may come up after the agent: it dials them on
+// each pass until they answer.
+func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.Inventory) {
+	if a.cfg.Verify == verify.ModeOff {
+		return
+	}
+	interval, _ := time.ParseDuration(a.cfg.VerifyInterval)
+	rep := &verify.Reporter{Mode: a.cfg.Verify, Log: a.log.WithName("verify"), Metrics: a.verifyMetrics}
+	if a.kube != nil {
+		rep.Actions = verify.Kube{Client: a.kube, Node: a.cfg.NodeName}
+	}
+	v := &verify.Verifier{
+		Table: verify.NewDeviceTable(inv), Resolver: verify.NewGPUResolver(inv),
+		ProcRoot: a.cfg.ProcRoot,
+		Self:     verify.ContainerKey{Namespace: os.Getenv("POD_NAMESPACE"), Pod: os.Getenv("POD_NAME")},
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer v.Close()
+		a.log.Info("node verifier on", "mode", a.cfg.Verify, "interval", interval.String())
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			err := a.connectVerifier(ctx, v)
+			if err == nil {
+				p, perr := v.Check(ctx)
+				rep.Report(ctx, p, perr)
+			} else {
+				rep.Report(ctx, verify.Pass{}, err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// connectVerifier dials what the verifier reads, if not yet connected, and
+// reloads the policy's GPU resources and exemptions.
+func (a *Agent) connectVerifier(ctx context.Context, v *verify.Verifier) error {
+	pol := config.Default()
+	if a.cfg.PolicyFile != "" {
+		p, err := readPolicy(a.cfg.PolicyFile)
+		if err != nil {
+			return err
+		}
+		pol = p
+	}
+	v.IsGPUResource = pol.Spec.IsGPUResource
+	exempt := slices.Concat(pol.Spec.Exemptions.Namespaces, a.cfg.VerifyExemptNamespaces)
+	v.Exempt = func(ns string) string {
+		if slices.Contains(exempt, ns) {
+			return "namespace " + ns
+		}
+		return ""
+	}
+	if v.Allocations == nil {
+		pr, err := verify.DialPodResources(a.cfg.PodResourcesSocket)
+		if err != nil {
+			return err
+		}
+		v.Allocations = pr
+	}
+	if v.Containers == nil {
+		endpoint := a.cfg.CRIEndpoint
+		if endpoint == "" {
+			found, err := verify.FindCRISocket(a.cfg.HostRoot)
+			if err != nil {
+				return err
+			}
+			endpoint = found
+		}
+		cri, err := verify.DialCRI(ctx, endpoint)
+		if err != nil {
+			return err
+		}
+		v.Containers = cri
+	}
+	return nil
+}

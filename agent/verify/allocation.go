@@ -1,0 +1,143 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpuguard/gpuguard/agent/discovery"
+)
+
+// DefaultPodResourcesSocket is where the kubelet serves its PodResources API.
+const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+// ContainerKey names a container the way both the kubelet and the CRI do.
+type ContainerKey struct {
+	Namespace, Pod, Container string
+}
+
+func (k ContainerKey) String() string { return k.Namespace + "/" + k.Pod + "/" + k.Container }
+
+// Allocations are the device IDs the kubelet allocated to each container,
+// per resource name.
+type Allocations map[ContainerKey]map[string][]string
+
+// AllocationSource reports what the kubelet allocated.
+type AllocationSource interface {
+	Allocations(ctx context.Context) (Allocations, error)
+}
+
+// PodResources reads allocations from the kubelet's PodResources API (List)
+// over its unix socket.
+type PodResources struct {
+	client podresourcesapi.PodResourcesListerClient
+	conn   *grpc.ClientConn
+}
+
+// DialPodResources connects to the kubelet's PodResources socket. The
+// connection is lazy: a kubelet not up yet is an error of the first List.
+func DialPodResources(socket string) (*PodResources, error) {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("the kubelet's PodResources socket %s: %w", socket, err)
+	}
+	return &PodResources{client: podresourcesapi.NewPodResourcesListerClient(conn), conn: conn}, nil
+}
+
+// Close closes the connection.
+func (p *PodResources) Close() error { return p.conn.Close() }
+
+// Allocations lists every container's devices, including DRA claims'
+// devices where the kubelet reports them (as "driver/pool/device").
+func (p *PodResources) Allocations(ctx context.Context) (Allocations, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := p.client.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the kubelet's pod resources: %w", err)
+	}
+	out := Allocations{}
+	for _, pod := range resp.GetPodResources() {
+		for _, c := range pod.GetContainers() {
+			byResource := map[string][]string{}
+			for _, d := range c.GetDevices() {
+				byResource[d.GetResourceName()] = append(byResource[d.GetResourceName()], d.GetDeviceIds()...)
+			}
+			for _, dr := range c.GetDynamicResources() {
+				for _, res := range dr.GetClaimResources() {
+					// Only NVIDIA's DRA drivers name GPUs.
+					if !strings.HasSuffix(res.GetDriverName(), "nvidia.com") {
+						continue
+					}
+					name := "dra:" + res.GetDriverName()
+					byResource[name] = append(byResource[name], res.GetDeviceName())
+				}
+			}
+			out[ContainerKey{pod.GetNamespace(), pod.GetName(), c.GetName()}] = byResource
+		}
+	}
+	return out, nil
+}
+
+// GPUResolver turns the device IDs of an allocation into the UUIDs of the
+// GPUs whose device nodes they open: a full GPU's UUID or index, a MIG
+// device's UUID or "<gpu>:<mig>" index (its parent's node), a shared
+// replica's "<id>::<n>", and a DRA device named after one of those.
+type GPUResolver struct {
+	byID map[string]string
+}
+
+// NewGPUResolver indexes the inventory.
+func NewGPUResolver(inv *discovery.Inventory) *GPUResolver {
+	r := &GPUResolver{byID: map[string]string{}}
+	for _, g := range inv.GPUs {
+		r.byID[g.UUID] = g.UUID
+		r.byID[strconv.Itoa(g.Index)] = g.UUID
+		for _, m := range g.MIG {
+			r.byID[m.UUID] = g.UUID
+			r.byID[m.IndexID()] = g.UUID
+		}
+	}
+	return r
+}
+
+// GPUs resolves the device IDs of the resources that isGPU accepts; IDs it
+// does not know are skipped (another vendor's, say).
+func (r *GPUResolver) GPUs(byResource map[string][]string, isGPU func(string) bool) map[string]bool {
+	out := map[string]bool{}
+	for resource, ids := range byResource {
+		dra := strings.HasPrefix(resource, "dra:")
+		if !dra && !isGPU(resource) {
+			continue
+		}
+		for _, id := range ids {
+			id, _, _ = strings.Cut(id, "::")
+			if uuid, ok := r.byID[id]; ok {
+				out[uuid] = true
+			} else if dra {
+				if uuid, ok := r.byDRAName(id); ok {
+					out[uuid] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// byDRAName matches the NVIDIA DRA driver's device names, "gpu-<index>" and
+// "gpu-<index>-mig-...".
+func (r *GPUResolver) byDRAName(name string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, "gpu-")
+	if !ok {
+		return "", false
+	}
+	index, _, _ := strings.Cut(rest, "-")
+	uuid, ok := r.byID[index]
+	return uuid, ok
+}

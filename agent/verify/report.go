@@ -1,0 +1,133 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/go-logr/logr"
+)
+
+// Actions are what the verifier does about a finding beyond logs and
+// metrics: a Kubernetes Event on the pod, and in enforce mode an eviction.
+// Nil when the agent has no API access.
+type Actions interface {
+	// Event records the new findings of one container in one Event.
+	Event(ctx context.Context, findings []Finding) error
+	// Evict evicts the pod through the Eviction API; refused is true when a
+	// PodDisruptionBudget holds it back (it is tried again next pass).
+	Evict(ctx context.Context, f Finding) (refused bool, err error)
+}
+
+// Reporter records passes: a JSON log line per new finding, the metrics,
+// an Event per new finding, and in enforce mode the eviction of its pod.
+type Reporter struct {
+	Mode    string
+	Log     logr.Logger
+	Metrics *Metrics
+	Actions Actions
+
+	// reported holds "containerID/uuid" of findings already logged.
+	reported map[string]bool
+	// lastErr is the last pass error logged: a runtime or kubelet that stays
+	// away is logged once, not every pass.
+	lastErr string
+}
+
+// Report takes one pass (or the error that stopped it).
+func (r *Reporter) Report(ctx context.Context, p Pass, err error) {
+	if err != nil {
+		r.Metrics.Passes.WithLabelValues("error").Inc()
+		if err.Error() != r.lastErr {
+			r.Log.Error(err, "verifier pass failed; trying again every interval")
+		}
+		r.lastErr = err.Error()
+		return
+	}
+	if r.lastErr != "" {
+		r.Log.Info("verifier passes succeed again")
+		r.lastErr = ""
+	}
+	r.Metrics.Passes.WithLabelValues("ok").Inc()
+	r.Metrics.Containers.Set(float64(p.Containers))
+	r.Metrics.setFindings(p.Findings)
+	live := map[string]bool{}
+	evicted := map[string]bool{}
+	var fresh []Finding // new findings, one container's after another
+	for _, f := range p.Findings {
+		key := f.Container.ID + "/" + f.GPU.UUID
+		live[key] = true
+		if !r.reported[key] {
+			r.logFinding(f)
+			if f.Exempt == "" {
+				fresh = append(fresh, f)
+			}
+		}
+		if f.Exempt == "" && r.Mode == ModeEnforce && !evicted[f.Container.PodUID] && r.Actions != nil {
+			evicted[f.Container.PodUID] = true
+			r.evict(ctx, f)
+		}
+	}
+	r.reported = live
+	r.recordEvents(ctx, fresh)
+}
+
+// recordEvents records one Event per container for its new findings.
+func (r *Reporter) recordEvents(ctx context.Context, fresh []Finding) {
+	if r.Actions == nil {
+		return
+	}
+	for start := 0; start < len(fresh); {
+		end := start + 1
+		for end < len(fresh) && fresh[end].Container.ID == fresh[start].Container.ID {
+			end++
+		}
+		if err := r.Actions.Event(ctx, fresh[start:end]); err != nil {
+			k := fresh[start].Container.Key
+			r.Log.Error(err, "cannot record an Event for a finding", "namespace", k.Namespace, "pod", k.Pod)
+		}
+		start = end
+	}
+}
+
+func (r *Reporter) logFinding(f Finding) {
+	kv := []any{"namespace", f.Container.Key.Namespace, "pod", f.Container.Key.Pod, "container", f.Container.Key.Container,
+		"containerID", f.Container.ID, "gpu", f.GPU.UUID, "path", f.GPU.Path, "seenBy", f.SeenBy, "allocated", f.Allocated}
+	if f.Exempt != "" {
+		r.Log.Info("exempt pod reaches a GPU it was not allocated", append(kv, "exempt", f.Exempt)...)
+		return
+	}
+	r.Log.Info("FINDING: container reaches a GPU it was not allocated", append(kv, "mode", r.Mode)...)
+}
+
+func (r *Reporter) evict(ctx context.Context, f Finding) {
+	k := f.Container.Key
+	refused, err := r.Actions.Evict(ctx, f)
+	switch {
+	case err != nil:
+		r.Metrics.Evictions.WithLabelValues("error").Inc()
+		r.Log.Error(err, "cannot evict a pod that reaches a GPU it was not allocated", "namespace", k.Namespace, "pod", k.Pod)
+	case refused:
+		r.Metrics.Evictions.WithLabelValues("refused").Inc()
+		r.Log.Info("eviction refused (a PodDisruptionBudget holds the pod); trying again next pass", "namespace", k.Namespace, "pod", k.Pod)
+	default:
+		r.Metrics.Evictions.WithLabelValues("evicted").Inc()
+		r.Log.Info("evicted a pod that reaches a GPU it was not allocated", "namespace", k.Namespace, "pod", k.Pod, "gpu", f.GPU.UUID)
+	}
+}
+
+// Message is the human sentence of one container's findings, for Events.
+func Message(findings []Finding) string {
+	f := findings[0]
+	alloc := "no GPU"
+	if len(f.Allocated) > 0 {
+		alloc = strings.Join(f.Allocated, ", ")
+	}
+	var gpus []string
+	for _, g := range findings {
+		gpus = append(gpus, g.GPU.UUID+" ("+g.GPU.Path+")")
+	}
+	return fmt.Sprintf("container %q can open GPUs it was not allocated: %s; the kubelet allocated it %s. "+
+		"Admission did not stop it (image ENV, a Secret, a pod from before install or a webhook outage, an exempt namespace, or a node channel)",
+		f.Container.Key.Container, strings.Join(gpus, ", "), alloc)
+}

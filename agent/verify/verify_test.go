@@ -1,0 +1,279 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuguard/gpuguard/agent/discovery"
+	"github.com/gpuguard/gpuguard/config"
+)
+
+// testInventory: four GPUs, the last with two MIG devices.
+func testInventory() *discovery.Inventory {
+	inv := &discovery.Inventory{}
+	for i := range 4 {
+		inv.GPUs = append(inv.GPUs, discovery.GPU{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%d", i)})
+	}
+	inv.GPUs[3].MIGEnabled = true
+	inv.GPUs[3].MIG = []discovery.MIGDevice{{ParentIndex: 3, ParentUUID: "GPU-3", Index: 0, UUID: "MIG-3a"}, {ParentIndex: 3, ParentUUID: "GPU-3", Index: 1, UUID: "MIG-3b"}}
+	return inv
+}
+
+// node is a fake host /proc with container roots whose /dev holds character
+// devices with the NVIDIA driver's numbers. Nothing opens them (no driver
+// answers to 195 here, so an open would fail with ENXIO).
+type node struct {
+	t        testing.TB
+	procRoot string
+	next     int
+}
+
+func newNode(t testing.TB) *node {
+	t.Helper()
+	n := &node{t: t, procRoot: t.TempDir(), next: 100}
+	probe := filepath.Join(n.procRoot, "mknod-probe")
+	if err := unix.Mknod(probe, unix.S_IFCHR|0o600, int(unix.Mkdev(NVIDIAMajor, 0))); err != nil {
+		t.Skipf("creating device nodes needs CAP_MKNOD (run as root, as make test does): %v", err)
+	}
+	_ = os.Remove(probe)
+	return n
+}
+
+// container makes a container root whose /dev holds the given nodes
+// (path relative to /dev -> minor) and /dev/null, and returns its PID.
+func (n *node) container(devs map[string]int) int {
+	n.t.Helper()
+	n.next++
+	dev := filepath.Join(n.procRoot, strconv.Itoa(n.next), "root", "dev")
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		n.t.Fatal(err)
+	}
+	n.mknod(filepath.Join(dev, "null"), 1, 3)
+	for p, minor := range devs {
+		n.mknod(filepath.Join(dev, p), NVIDIAMajor, uint32(minor))
+	}
+	return n.next
+}
+
+func (n *node) mknod(path string, major, minor uint32) {
+	n.t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		n.t.Fatal(err)
+	}
+	if err := unix.Mknod(path, unix.S_IFCHR|0o600, int(unix.Mkdev(major, minor))); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+func TestReachableGPUsMatchesNumbersNotNames(t *testing.T) {
+	n := newNode(t)
+	pid := n.container(map[string]int{"nvidia0": 0, "renamed": 2, "shm/hidden": 1, "a/b/c/d/e/f/g/h/too-deep": 3})
+	table := NewDeviceTable(testInventory())
+	got, err := table.ReachableGPUs(filepath.Join(n.procRoot, strconv.Itoa(pid), "root"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Reached{{"GPU-0", "/dev/nvidia0"}, {"GPU-1", "/dev/shm/hidden"}, {"GPU-2", "/dev/renamed"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("reached %v, want %v", got, want)
+	}
+}
+
+func TestReachableGPUsOfAGoneContainer(t *testing.T) {
+	_, err := NewDeviceTable(testInventory()).ReachableGPUs(filepath.Join(t.TempDir(), "4242", "root"))
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("want a not-exist error for a gone container, got %v", err)
+	}
+}
+
+type fakeContainers []Container
+
+func (f fakeContainers) Running(context.Context) ([]Container, error) { return f, nil }
+
+type fakeAllocations Allocations
+
+func (f fakeAllocations) Allocations(context.Context) (Allocations, error) {
+	return Allocations(f), nil
+}
+
+func key(ns, pod, c string) ContainerKey { return ContainerKey{ns, pod, c} }
+
+func TestCheckComparesReachWithAllocation(t *testing.T) {
+	n := newNode(t)
+	inv := testInventory()
+	cases := []struct {
+		name   string
+		key    ContainerKey
+		devs   map[string]int
+		alloc  map[string][]string
+		want   []string // UUIDs of findings
+		exempt string
+	}{
+		{"own GPU", key("team-a", "train", "main"), map[string]int{"nvidia1": 1}, map[string][]string{"nvidia.com/gpu": {"GPU-1"}}, nil, ""},
+		{"widened", key("team-a", "widen", "main"), map[string]int{"nvidia1": 1, "nvidia2": 2}, map[string][]string{"nvidia.com/gpu": {"GPU-1"}}, []string{"GPU-2"}, ""},
+		{"no allocation, every GPU", key("team-a", "leak", "main"), map[string]int{"nvidia0": 0, "nvidia1": 1, "nvidia2": 2, "nvidia3": 3}, nil, []string{"GPU-0", "GPU-1", "GPU-2", "GPU-3"}, ""},
+		{"time-sliced replica", key("team-a", "shared", "main"), map[string]int{"nvidia0": 0}, map[string][]string{"nvidia.com/gpu.shared": {"GPU-0::3"}}, nil, ""},
+		{"MIG device opens its parent's node", key("team-a", "mig", "main"), map[string]int{"nvidia3": 3}, map[string][]string{"nvidia.com/mig-1g.10gb": {"MIG-3b"}}, nil, ""},
+		{"index IDs", key("team-a", "index", "main"), map[string]int{"nvidia2": 2}, map[string][]string{"nvidia.com/gpu": {"2"}}, nil, ""},
+		{"NVIDIA DRA claim", key("team-a", "dra", "main"), map[string]int{"nvidia1": 1}, map[string][]string{"dra:gpu.nvidia.com": {"gpu-1"}}, nil, ""},
+		{"a resource the policy does not know grants nothing", key("team-a", "other", "main"), map[string]int{"nvidia0": 0}, map[string][]string{"example.com/gpu": {"GPU-0"}}, []string{"GPU-0"}, ""},
+		{"exempt namespace", key("gpu-operator", "dcgm", "exporter"), map[string]int{"nvidia0": 0}, nil, []string{"GPU-0"}, "namespace gpu-operator"},
+		{"no GPU node at all", key("team-a", "web", "main"), nil, nil, nil, ""},
+	}
+	var containers fakeContainers
+	allocs := fakeAllocations{}
+	for i, c := range cases {
+		containers = append(containers, Container{ID: fmt.Sprintf("c%d", i), Key: c.key, PID: n.container(c.devs)})
+		allocs[c.key] = c.alloc
+	}
+	self := key("gpuguard", "agent-x", "agent")
+	containers = append(containers, Container{ID: "self", Key: self, PID: n.container(map[string]int{"nvidia0": 0})},
+		Container{ID: "gone", Key: key("team-a", "gone", "main"), PID: 99999})
+	pol := config.Default()
+	v := &Verifier{Containers: containers, Allocations: allocs, Table: NewDeviceTable(inv), Resolver: NewGPUResolver(inv),
+		IsGPUResource: pol.Spec.IsGPUResource, ProcRoot: n.procRoot, Self: self,
+		Exempt: func(ns string) string {
+			if ns == "gpu-operator" {
+				return "namespace " + ns
+			}
+			return ""
+		}}
+	p, err := v.Check(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Containers != len(containers) || p.Skipped != 1 {
+		t.Errorf("looked at %d containers, skipped %d; want %d and 1 (the gone one)", p.Containers, p.Skipped, len(containers))
+	}
+	for _, c := range cases {
+		var got []string
+		for _, f := range p.Findings {
+			if f.Container.Key == c.key {
+				got = append(got, f.GPU.UUID)
+				if f.Exempt != c.exempt {
+					t.Errorf("%s: exempt %q, want %q", c.name, f.Exempt, c.exempt)
+				}
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: findings %v, want %v", c.name, got, c.want)
+		}
+	}
+	for _, f := range p.Findings {
+		if f.Container.Key == self {
+			t.Errorf("the agent's own pod was judged: %+v", f)
+		}
+	}
+}
+
+type recordedActions struct {
+	events, evictions []string
+	refuse            bool
+}
+
+func (r *recordedActions) Event(_ context.Context, findings []Finding) error {
+	var gpus []string
+	for _, f := range findings {
+		gpus = append(gpus, f.GPU.UUID)
+	}
+	r.events = append(r.events, findings[0].Container.Key.String()+"@"+strings.Join(gpus, ","))
+	return nil
+}
+
+func (r *recordedActions) Evict(_ context.Context, f Finding) (bool, error) {
+	r.evictions = append(r.evictions, f.Container.Key.String())
+	return r.refuse, nil
+}
+
+func TestReporter(t *testing.T) {
+	leak := Container{ID: "c1", PodUID: "u1", Key: key("team-a", "leak", "main")}
+	operator := Container{ID: "c2", PodUID: "u2", Key: key("gpu-operator", "dcgm", "exporter")}
+	pass := Pass{Containers: 3, Findings: []Finding{
+		{Container: leak, GPU: Reached{"GPU-0", "/dev/nvidia0"}, SeenBy: "device-node"},
+		{Container: leak, GPU: Reached{"GPU-1", "/dev/nvidia1"}, SeenBy: "device-node"},
+		{Container: operator, GPU: Reached{"GPU-0", "/dev/nvidia0"}, SeenBy: "device-node", Exempt: "namespace gpu-operator"},
+	}}
+	for _, mode := range []string{ModeReport, ModeEnforce} {
+		t.Run(mode, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			acts := &recordedActions{}
+			r := &Reporter{Mode: mode, Log: logr.Discard(), Metrics: NewMetrics(reg), Actions: acts}
+			r.Report(context.Background(), pass, nil)
+			r.Report(context.Background(), pass, nil)
+			if got := testutil.ToFloat64(r.Metrics.Unallocated.WithLabelValues("team-a", "leak", "main")); got != 2 {
+				t.Errorf("metric for the leaking container = %v, want 2", got)
+			}
+			if n := testutil.CollectAndCount(r.Metrics.Unallocated); n != 1 {
+				t.Errorf("%d finding series, want 1 (exempt pods are not counted)", n)
+			}
+			if want := []string{"team-a/leak/main@GPU-0,GPU-1"}; !slices.Equal(acts.events, want) {
+				t.Errorf("events %v, want %v: one per container for its new findings, none for the exempt pod", acts.events, want)
+			}
+			wantEvictions := 0
+			if mode == ModeEnforce {
+				wantEvictions = 2 // once per pass while the pod runs
+			}
+			if len(acts.evictions) != wantEvictions || (wantEvictions > 0 && acts.evictions[0] != leak.Key.String()) {
+				t.Errorf("evictions %v, want %d of %s", acts.evictions, wantEvictions, leak.Key)
+			}
+			r.Report(context.Background(), Pass{Containers: 2}, nil)
+			if n := testutil.CollectAndCount(r.Metrics.Unallocated); n != 0 {
+				t.Errorf("%d finding series after the pod is gone, want 0", n)
+			}
+		})
+	}
+}
+
+func TestReporterCountsFailedPasses(t *testing.T) {
+	r := &Reporter{Mode: ModeReport, Log: logr.Discard(), Metrics: NewMetrics(prometheus.NewRegistry())}
+	r.Report(context.Background(), Pass{}, errors.New("no CRI socket"))
+	r.Report(context.Background(), Pass{}, errors.New("no CRI socket"))
+	if got := testutil.ToFloat64(r.Metrics.Passes.WithLabelValues("error")); got != 2 {
+		t.Errorf("failed passes = %v, want 2", got)
+	}
+}
+
+func TestFindingSeriesAreBounded(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	var findings []Finding
+	for i := range maxFindingSeries + 50 {
+		findings = append(findings, Finding{Container: Container{Key: key("ns", fmt.Sprintf("pod-%d", i), "main")}, GPU: Reached{UUID: "GPU-0"}})
+	}
+	m.setFindings(findings)
+	if n := testutil.CollectAndCount(m.Unallocated); n != maxFindingSeries+1 {
+		t.Errorf("%d series, want %d and one overflow series", n, maxFindingSeries+1)
+	}
+	if got := testutil.ToFloat64(m.Unallocated.WithLabelValues(overflowLabel, overflowLabel, overflowLabel)); got != 50 {
+		t.Errorf("overflow series = %v, want 50", got)
+	}
+}
+
+func TestPIDFromInfo(t *testing.T) {
+	for _, c := range []struct {
+		info map[string]string
+		pid  int
+		ok   bool
+	}{
+		{map[string]string{"info": `{"pid": 4242, "sandboxID": "x"}`}, 4242, true},
+		{map[string]string{"info": `{"sandboxID": "x"}`}, 0, false},
+		{map[string]string{"info": `not json`}, 0, false},
+		{map[string]string{}, 0, false},
+	} {
+		pid, err := pidFromInfo(c.info)
+		if (err == nil) != c.ok || pid != c.pid {
+			t.Errorf("pidFromInfo(%v) = %d, %v; want %d, ok=%v", c.info, pid, err, c.pid, c.ok)
+		}
+	}
+}

@@ -1,0 +1,139 @@
+//go:build e2e
+
+package node
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
+)
+
+// verifyDeadline is how soon the verifier must find a leak: the agent looks
+// every two seconds here (ten by default).
+const verifyDeadline = 30 * time.Second
+
+// envLeak is a pod without a GPU limit whose image's ENV asks for every GPU.
+func envLeak() *corev1.Pod { return probePod("verify-env-leak") }
+
+// cdiLeak is a pod without a GPU limit that asks for every GPU through a CDI
+// annotation.
+func cdiLeak() *corev1.Pod {
+	return withAnnotation(probePod("verify-cdi-leak"), cdiAllAnnotation, cdiAll)
+}
+
+// testVerifierFinds runs a leaking pod in ns, where admission does not stop
+// it, beside a GPU pod that keeps to its allocation. The verifier must find
+// the leaking pod within verifyDeadline, naming every GPU it reaches, with an
+// Event on the pod; the GPU pod must produce no finding.
+func testVerifierFinds(ns string, leak func() *corev1.Pod) func(t *testing.T) {
+	return func(t *testing.T) {
+		ctx := context.Background()
+		leaking := startHeld(t, ns, leak())
+		own := startHeld(t, tenantNS, gpuPod("verify-own"))
+		series := findingSeries(leaking)
+		err := framework.Poll(ctx, verifyDeadline, func() (bool, error) {
+			m, err := s.node.AgentMetrics(ctx)
+			return err == nil && m[series] == float64(len(s.node.GPUs)), nil
+		})
+		if err != nil {
+			m, _ := s.node.AgentMetrics(ctx)
+			t.Fatalf("the verifier did not find %s/%s reaching all %d GPUs within %v: %s = %v\n%s", ns, leaking.Name,
+				len(s.node.GPUs), verifyDeadline, series, m[series], framework.Tail(s.node.AgentLog()))
+		}
+		waitPasses(t, 2) // both pods ran through at least one whole pass
+		m, err := s.node.AgentMetrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := m[findingSeries(own)]; ok {
+			t.Errorf("a GPU pod using its own allocation was reported: %v", v)
+		}
+		log := s.node.AgentLog()
+		for _, g := range s.node.GPUs {
+			if !strings.Contains(log, `"pod":"`+leaking.Name+`"`) || !strings.Contains(log, `"gpu":"`+g.UUID+`"`) {
+				t.Errorf("the agent's log names no finding of %s on %s", leaking.Name, g.UUID)
+			}
+		}
+		expectFindingEvent(t, leaking)
+	}
+}
+
+// testVerifierEnforceEvicts: in enforce mode the leaking pod is evicted.
+func testVerifierEnforceEvicts(t *testing.T) {
+	ctx := context.Background()
+	leaking := startHeld(t, exemptNS, envLeak())
+	pods := s.cp.Client.CoreV1().Pods(exemptNS)
+	err := framework.Poll(ctx, verifyDeadline, func() (bool, error) {
+		p, err := pods.Get(ctx, leaking.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return err == nil && p.DeletionTimestamp != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the verifier did not evict %s within %v\n%s", leaking.Name, verifyDeadline, framework.Tail(s.node.AgentLog()))
+	}
+	m, err := s.node.AgentMetrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m[`gpuguard_agent_verify_evictions_total{result="evicted"}`] < 1 {
+		t.Errorf("the eviction was not counted")
+	}
+}
+
+func startHeld(t *testing.T, ns string, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	running, err := s.node.StartHeldProbe(ctx, ns, p)
+	t.Cleanup(func() { _ = s.node.DeletePod(ctx, ns, p.Name) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return running
+}
+
+func findingSeries(p *corev1.Pod) string {
+	return fmt.Sprintf(`gpuguard_agent_unallocated_gpu_access{container="%s",namespace="%s",pod="%s"}`,
+		p.Spec.Containers[0].Name, p.Namespace, p.Name)
+}
+
+// waitPasses waits until the verifier has completed n more passes.
+func waitPasses(t *testing.T, n float64) {
+	t.Helper()
+	ctx := context.Background()
+	const passes = `gpuguard_agent_verify_passes_total{result="ok"}`
+	m, err := s.node.AgentMetrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := m[passes]
+	err = framework.Poll(ctx, verifyDeadline, func() (bool, error) {
+		m, err := s.node.AgentMetrics(ctx)
+		return err == nil && m[passes] >= start+n, nil
+	})
+	if err != nil {
+		t.Fatalf("the verifier completed no %v passes: %v\n%s", n, err, framework.Tail(s.node.AgentLog()))
+	}
+}
+
+func expectFindingEvent(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	err := framework.Poll(ctx, verifyDeadline, func() (bool, error) {
+		evs, err := s.cp.Client.CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.name=" + p.Name + ",reason=UnallocatedGPUAccess"})
+		return err == nil && len(evs.Items) > 0, nil
+	})
+	if err != nil {
+		t.Errorf("no UnallocatedGPUAccess Event on %s/%s: %v", p.Namespace, p.Name, err)
+	}
+}
