@@ -86,6 +86,13 @@ type namedFixture struct {
 // plainFixtures loads the engine's fixtures that are plain CREATEs under the
 // default policy, as a tenant would send them.
 func plainFixtures(t *testing.T) []namedFixture {
+	return loadFixtures(t, "plain", (*fixture).plain, 50)
+}
+
+// loadFixtures loads the engine's fixtures that keep accepts, named like
+// fail/device-env-nongpu-all; fewer than atLeast fails the test, so that a
+// moved directory cannot make a suite pass on nothing.
+func loadFixtures(t *testing.T, kind string, keep func(*fixture) bool, atLeast int) []namedFixture {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join("..", "policy", "testdata", "*", "*.yaml"))
 	var out []namedFixture
@@ -98,12 +105,12 @@ func plainFixtures(t *testing.T) []namedFixture {
 		if err := sigsyaml.Unmarshal(data, f); err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
-		if f.plain() {
+		if keep(f) {
 			out = append(out, namedFixture{filepath.Base(filepath.Dir(path)) + "/" + strings.TrimSuffix(filepath.Base(path), ".yaml"), f})
 		}
 	}
-	if len(out) < 50 {
-		t.Fatalf("only %d plain fixtures found", len(out))
+	if len(out) < atLeast {
+		t.Fatalf("only %d %s fixtures found", len(out), kind)
 	}
 	return out
 }

@@ -6,8 +6,6 @@ import (
 	"context"
 	"fmt"
 	"hash/crc32"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
 	"github.com/gpuguard/gpuguard/internal/manifest"
@@ -33,26 +30,7 @@ const requester = "fixture-requester"
 // pod under the default policy: an UPDATE of the pod, of its status or of its
 // ephemeral containers, and a Binding.
 func requestFixtures(t *testing.T) []namedFixture {
-	t.Helper()
-	files, _ := filepath.Glob(filepath.Join("..", "policy", "testdata", "*", "*.yaml"))
-	var out []namedFixture
-	for _, path := range files {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := &fixture{}
-		if err := sigsyaml.Unmarshal(data, f); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		if f.request() {
-			out = append(out, namedFixture{filepath.Base(filepath.Dir(path)) + "/" + strings.TrimSuffix(filepath.Base(path), ".yaml"), f})
-		}
-	}
-	if len(out) < 5 {
-		t.Fatalf("only %d request fixtures found", len(out))
-	}
-	return out
+	return loadFixtures(t, "request", (*fixture).request, 5)
 }
 
 // request: a request on an existing pod, under the default policy.
@@ -296,15 +274,9 @@ func TestBindingsSentOnlyWithAnnotations(t *testing.T) {
 // bindingDecisions sums the suite webhook's decisions on Bindings.
 func bindingDecisions(t *testing.T) float64 {
 	t.Helper()
-	m, err := s.Webhook.Metrics(context.Background())
+	n, err := s.Webhook.Decisions(context.Background(), `kind="Binding"`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := 0.0
-	for k, v := range m {
-		if strings.HasPrefix(k, "gpuguard_admission_decisions_total{") && strings.Contains(k, `kind="Binding"`) {
-			sum += v
-		}
-	}
-	return sum
+	return n
 }

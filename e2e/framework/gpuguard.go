@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -117,6 +118,22 @@ func (w *Webhook) WaitReady(ctx context.Context, timeout time.Duration) error {
 // exposed, to value.
 func (w *Webhook) Metrics(ctx context.Context) (map[string]float64, error) {
 	return scrape(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", w.MetricsPort))
+}
+
+// Decisions sums the webhook's admission decisions whose labels contain
+// label (such as `operation="UPDATE"`).
+func (w *Webhook) Decisions(ctx context.Context, label string) (float64, error) {
+	m, err := w.Metrics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	for k, v := range m {
+		if strings.HasPrefix(k, "gpuguard_admission_decisions_total{") && strings.Contains(k, label) {
+			sum += v
+		}
+	}
+	return sum, nil
 }
 
 // Stop sends SIGTERM and waits for a clean exit.
