@@ -103,7 +103,13 @@ func (o *checkOptions) run(ctx context.Context, paths []string, stdin io.Reader,
 			skipped = append(skipped, fmt.Sprintf("%s %s (%s): not a pod or pod controller", d.GVK.Kind, displayName(d), d.Location()))
 		}
 	}
-	if o.output == "json" {
+	return writeResults(stdout, stderr, o.output, results, skipped)
+}
+
+// writeResults writes results as text or as check's JSON contract, and
+// returns the denied exit status when anything was denied.
+func writeResults(stdout, stderr io.Writer, output string, results []checkedObject, skipped []string) error {
+	if output == "json" {
 		if results == nil {
 			results = []checkedObject{}
 		}

@@ -131,17 +131,21 @@ func (o *verifyOptions) report(w io.Writer, host string, a answer) error {
 // restConfig loads the kubeconfig the way kubectl does and falls back to the
 // in-cluster service account, so that the same command runs from a laptop and
 // as the chart's test pod.
-func (o *verifyOptions) restConfig() (*rest.Config, error) {
+func (o *verifyOptions) restConfig() (*rest.Config, error) { return loadRESTConfig(o.kubeconfig) }
+
+// loadRESTConfig loads a kubeconfig as kubectl does: the explicit path, else
+// $KUBECONFIG, ~/.kube/config, or the in-cluster service account.
+func loadRESTConfig(kubeconfig string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.kubeconfig
+	rules.ExplicitPath = kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	switch {
 	case err == nil:
 		return cfg, nil
-	case o.kubeconfig != "" && clientcmd.IsEmptyConfig(err):
-		return nil, fmt.Errorf("--kubeconfig %s: no cluster configured in it", o.kubeconfig)
-	case o.kubeconfig != "":
-		return nil, fmt.Errorf("--kubeconfig %s: %v", o.kubeconfig, err)
+	case kubeconfig != "" && clientcmd.IsEmptyConfig(err):
+		return nil, fmt.Errorf("--kubeconfig %s: no cluster configured in it", kubeconfig)
+	case kubeconfig != "":
+		return nil, fmt.Errorf("--kubeconfig %s: %v", kubeconfig, err)
 	case clientcmd.IsEmptyConfig(err):
 		return nil, errors.New("no cluster configured: pass --kubeconfig, set KUBECONFIG or create ~/.kube/config (in a pod, the service account is used)")
 	}

@@ -5,7 +5,9 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -77,6 +79,33 @@ func TestChartServesGPUs(t *testing.T) {
 		}
 	})
 
+	t.Run("gpuguard audit finds the pod that ran before install", func(t *testing.T) {
+		bin, err := framework.BuildGPUGuard(s.root, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := newShell(t).run(fmt.Sprintf("%s audit -n %s --policy-configmap %s/gpuguard-policy -o json 2>/dev/null", bin, tenantNS, gpuReleaseNS))
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("audit: %v, want exit status 1 (something denied)\n%s", err, out)
+		}
+		var results []struct {
+			Kind, Name string
+			Violations []struct{ Rule string }
+		}
+		if err := json.Unmarshal([]byte(out), &results); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		found := slices.ContainsFunc(results, func(r struct {
+			Kind, Name string
+			Violations []struct{ Rule string }
+		}) bool {
+			return r.Kind == "Pod" && r.Name == running.Name && len(r.Violations) > 0 && r.Violations[0].Rule == "final-state"
+		})
+		if !found {
+			t.Errorf("the audit does not name %s with final-state: %s", running.Name, out)
+		}
+	})
 	t.Run("one GPU", func(t *testing.T) {
 		var pod *corev1.Pod
 		report := runPod(t, withGPULimit(scheduledProbe("one-gpu"), 1), &pod)

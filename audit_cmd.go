@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/audit"
+	"github.com/gpuguard/gpuguard/policy"
+)
+
+type auditOptions struct {
+	kubeconfig      string
+	namespace       string
+	allNamespaces   bool
+	output          string
+	policyConfigMap string
+	excluded        []string
+	stderr          io.Writer
+}
+
+func newAuditCommand() *cobra.Command {
+	o := &auditOptions{}
+	cmd := &cobra.Command{
+		Use:   "audit [-A | -n NAMESPACE] [-o text|json] [--kubeconfig FILE]",
+		Short: "Judge what already runs in a cluster with the live policy",
+		Long: `audit judges every existing pod and pod controller of a cluster with the policy
+in force (the policy ConfigMap the webhook reads), with check's output: what
+admission could not judge because it came before gpuguard, during a webhook
+outage, or before a policy change.
+
+An existing pod is judged as it is stored: a container without GPU resources and
+without NVIDIA_VISIBLE_DEVICES=void is a violation (final-state), not a mutation
+to come. Pods that have finished, and ReplicaSets and Jobs that a Deployment or
+CronJob owns (their owner is judged), are left out; so are kube-system,
+kube-node-lease and the policy's own namespace, which the chart leaves unguarded.
+
+Exit status: 0 when nothing is denied, 1 when anything is, 2 for usage, access or
+policy errors.`,
+		Example: `  gpuguard audit -A
+  gpuguard audit -n ml-team -o json
+  gpuguard audit -A --policy-configmap gpuguard-system/gpuguard-policy`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
+	fl.StringVarP(&o.namespace, "namespace", "n", "", "the namespace to audit")
+	fl.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "audit every namespace")
+	fl.StringVarP(&o.output, "output", "o", "text", "output format: text or json (check's contract)")
+	fl.StringVar(&o.policyConfigMap, "policy-configmap", "gpuguard/gpuguard-policy", "NAMESPACE/NAME of the policy ConfigMap (key policy.yaml)")
+	fl.StringSliceVar(&o.excluded, "exclude-namespace", audit.DefaultExcluded, "namespaces left out, besides the policy's own")
+	return cmd
+}
+
+func (o *auditOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	o.stderr = stderr
+	switch {
+	case o.output != "text" && o.output != "json":
+		return &exitError{exitUsage, fmt.Sprintf("-o %q: use text or json", o.output)}
+	case o.allNamespaces == (o.namespace != ""):
+		return &exitError{exitUsage, "say which namespaces: -A for all, or -n NAMESPACE"}
+	}
+	cfg, err := loadRESTConfig(o.kubeconfig)
+	if err != nil {
+		return &exitError{exitUsage, err.Error()}
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return &exitError{exitUsage, err.Error()}
+	}
+	return o.audit(ctx, client, stdout)
+}
+
+// audit judges the objects of the chosen namespaces and writes the results.
+func (o *auditOptions) audit(ctx context.Context, c kubernetes.Interface, stdout io.Writer) error {
+	engine, policyNS, err := o.livePolicy(ctx, c)
+	if err != nil {
+		return err
+	}
+	out, err := audit.Run(ctx, c, engine, audit.Options{Namespace: o.namespace, Excluded: append(slices.Clone(o.excluded), policyNS)})
+	if err != nil {
+		return &exitError{exitUsage, err.Error()}
+	}
+	results := make([]checkedObject, 0, len(out.Judged))
+	for _, j := range out.Judged {
+		r := j.Result
+		results = append(results, checkedObject{
+			APIVersion: j.APIVersion, Kind: j.Kind, Namespace: j.Meta.GetNamespace(), Name: j.Meta.GetName(),
+			Source: "cluster", Allowed: r.Allowed, Mode: r.Mode, Exempt: r.Exempt,
+			Violations: r.Violations, Warnings: r.Warnings, AuditAnnotations: r.AuditAnnotations, Patch: r.Patch,
+		})
+	}
+	return writeResults(stdout, o.stderr, o.output, results, out.Skipped)
+}
+
+// livePolicy reads the policy ConfigMap and builds the engine; it returns
+// the ConfigMap's namespace, which the chart leaves unguarded.
+func (o *auditOptions) livePolicy(ctx context.Context, c kubernetes.Interface) (*policy.Engine, string, error) {
+	ns, name, ok := strings.Cut(o.policyConfigMap, "/")
+	if !ok || ns == "" || name == "" {
+		return nil, "", &exitError{exitUsage, fmt.Sprintf("--policy-configmap %q: want NAMESPACE/NAME", o.policyConfigMap)}
+	}
+	cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, "", &exitError{exitUsage, fmt.Sprintf("policy ConfigMap %s not found: is gpuguard installed there? Pass --policy-configmap NAMESPACE/NAME", o.policyConfigMap)}
+	}
+	if err != nil {
+		return nil, "", &exitError{exitUsage, fmt.Sprintf("reading the policy ConfigMap %s: %v", o.policyConfigMap, err)}
+	}
+	doc, ok := cm.Data[config.ConfigMapKey]
+	if !ok {
+		return nil, "", &exitError{exitUsage, fmt.Sprintf("policy ConfigMap %s has no key %s", o.policyConfigMap, config.ConfigMapKey)}
+	}
+	p, err := config.Parse(o.policyConfigMap, []byte(doc))
+	if err != nil {
+		return nil, "", &exitError{exitUsage, "invalid policy:\n" + err.Error()}
+	}
+	e, err := policy.New(p)
+	if err != nil {
+		return nil, "", &exitError{exitUsage, err.Error()}
+	}
+	return e, ns, nil
+}
