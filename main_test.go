@@ -194,6 +194,10 @@ func TestCheckExitStatus(t *testing.T) {
 		{"bad mode", plainPod, []string{"check", "--mode", "strict", "-"}, 2, "", `--mode "strict"`},
 		{"unknown flag", "", []string{"check", "--colour", "-"}, 2, "", "unknown flag: --colour"},
 		{"cert dir without a Secret", "", []string{"webhook", "--policy-file", "--write-cert-dir"}, 2, "", "--write-cert-dir writes the certificates of --cert-secret"},
+		{"audit too often", "", []string{"webhook", "--policy-file", "--audit-interval", "5s"}, 2, "", "--audit-interval 5s: use 0 (off) or at least 10s"},
+		{"audit without an API server", "", []string{"webhook", "--policy-file", "--audit-interval", "1m"}, 2, "", "--audit-interval needs an API server"},
+		{"reports without audit", "", []string{"webhook", "--policy-file", "--audit-reports"}, 2, "", "--audit-reports writes the background audit's results; set --audit-interval"},
+		{"audit without namespaces", "", []string{"audit"}, 2, "", "-A for all, or -n NAMESPACE"},
 		{"version", "", []string{"version"}, 0, "gpuguard ", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -29,6 +29,7 @@ type webhookFlags struct {
 	logLevel        string
 	backstop        bool
 	backstopOptions cel.Options
+	audit           webhook.AuditOptions
 }
 
 func newWebhookCommand() *cobra.Command {
@@ -88,6 +89,9 @@ mounted Secret.`,
 	fl.BoolVar(&f.backstop, "cel-backstop", false, "keep the policy's CEL backstop (ValidatingAdmissionPolicy and MutatingAdmissionPolicy) applied in the cluster")
 	fl.StringVar(&f.backstopOptions.Name, "cel-backstop-name", cel.DefaultName, "name of the CEL backstop's policies and bindings")
 	fl.StringArrayVar(&f.backstopOptions.ExcludedNamespaces, "cel-backstop-exclude-namespace", nil, "namespace the CEL backstop leaves out (repeatable; kube-system and kube-node-lease always are)")
+	fl.DurationVar(&f.audit.Interval, "audit-interval", 0, "audit what exists in the cluster this often, and after every policy change, on one elected replica (0: off)")
+	fl.BoolVar(&f.audit.Reports, "audit-reports", false, "write the background audit's results as OpenReports (openreports.io/v1alpha1 Report per namespace; needs its CRDs)")
+	fl.StringArrayVar(&f.audit.Excluded, "audit-exclude-namespace", nil, "namespace the background audit leaves out (repeatable; kube-system, kube-node-lease and the policy's always are)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
 	fl.StringVar(&f.logFormat, "log-format", "json", "json or console")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info or error")
@@ -114,6 +118,16 @@ func (f *webhookFlags) run(cmd *cobra.Command) error {
 			return &exitError{exitUsage, "--cel-backstop needs an API server; it cannot run with --policy-file"}
 		}
 		f.opts.CELBackstop = &f.backstopOptions
+	}
+	switch {
+	case f.audit.Interval < 0 || (f.audit.Interval > 0 && f.audit.Interval < 10*time.Second):
+		return &exitError{exitUsage, fmt.Sprintf("--audit-interval %s: use 0 (off) or at least 10s", f.audit.Interval)}
+	case f.audit.Interval > 0 && f.opts.PolicyFile != "":
+		return &exitError{exitUsage, "--audit-interval needs an API server; it cannot run with --policy-file"}
+	case f.audit.Interval > 0:
+		f.opts.Audit = &f.audit
+	case f.audit.Reports:
+		return &exitError{exitUsage, "--audit-reports writes the background audit's results; set --audit-interval"}
 	}
 	if f.certSecret != "" {
 		if f.opts.CertSecret, err = namespacedName("--cert-secret", f.certSecret); err != nil {

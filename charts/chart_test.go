@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,9 +19,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
@@ -246,7 +249,16 @@ func firstDiff(want, got string) string {
 }
 
 // decoder decodes built-in kinds strictly: unknown and duplicate fields fail.
-var decoder = serializer.NewCodecFactory(clientgoscheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+var decoder = serializer.NewCodecFactory(chartScheme(), serializer.EnableStrict).UniversalDeserializer()
+
+// chartScheme knows the kinds the chart renders: Kubernetes' own and the
+// OpenReports CRDs.
+func chartScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	return s
+}
 
 // Kinds of other APIs the chart renders, decoded strictly into the subset of
 // their schema the chart uses (cert-manager.io/v1, monitoring.coreos.com/v1).
@@ -736,6 +748,16 @@ func TestRBAC(t *testing.T) {
 			if rc.name != "custom-policy" { // that policy does not inspect envFrom ConfigMaps
 				want = append(want, rbacRule{"cluster", "", "configmaps", "get", ""})
 			}
+			// The background audit: list what exists, write OpenReports, elect through a Lease.
+			for _, r := range []struct{ group, resource string }{{"", "pods"}, {"", "replicationcontrollers"}, {"", "podtemplates"},
+				{"apps", "deployments"}, {"apps", "replicasets"}, {"apps", "statefulsets"}, {"apps", "daemonsets"}, {"batch", "jobs"}, {"batch", "cronjobs"}} {
+				want = append(want, rbacRule{"cluster", r.group, r.resource, "list", ""})
+			}
+			for _, v := range []string{"get", "list", "create", "update", "delete"} {
+				want = append(want, rbacRule{"cluster", "openreports.io", "reports", v, ""})
+			}
+			want = append(want, rbacRule{ns, "coordination.k8s.io", "leases", "create", ""},
+				rbacRule{ns, "coordination.k8s.io", "leases", "get", "gpuguard-audit"}, rbacRule{ns, "coordination.k8s.io", "leases", "update", "gpuguard-audit"})
 			// The CEL backstop (every case renders for a 1.37 cluster).
 			for _, res := range []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings", "mutatingadmissionpolicies", "mutatingadmissionpolicybindings"} {
 				want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, "create", ""})
@@ -1032,5 +1054,59 @@ func TestAgentVerifierModes(t *testing.T) {
 	a := one[*appsv1.DaemonSet](t, objs).Spec.Template.Spec.Containers[0]
 	if !slices.Contains(a.Args, "--verify-exempt-namespaces=dcgm,gpu-operator") {
 		t.Errorf("agent args %v: want the listed and the GPU Operator's namespaces exempt", a.Args)
+	}
+}
+
+// TestOpenReportsCRDsMatchTheModule: the chart's OpenReports CRDs are the ones of
+// the reports-api module at the version go.mod pins, whose Go types the webhook
+// writes (hack/openreports-crds.sh copies them).
+func TestOpenReportsCRDsMatchTheModule(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}} {{.Version}}", "github.com/openreports/reports-api").Output()
+	if err != nil {
+		t.Fatalf("locating the reports-api module: %v", err)
+	}
+	dir, version, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+	pinned, err := os.ReadFile(filepath.Join("gpuguard", "files", "openreports", "VERSION"))
+	if err != nil || strings.TrimSpace(string(pinned)) != version {
+		t.Errorf("the chart's CRDs are of %q, go.mod pins %s: run hack/openreports-crds.sh", pinned, version)
+	}
+	for _, f := range []string{"openreports.io_reports.yaml", "openreports.io_clusterreports.yaml"} {
+		want, err := os.ReadFile(filepath.Join(dir, "config", "crd", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join("gpuguard", "files", "openreports", f))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s differs from reports-api %s (%v): run hack/openreports-crds.sh", f, version, err)
+		}
+	}
+}
+
+// TestOpenReportsCRDsOnlyWhereAbsent: the CRDs come with the chart where the
+// cluster lacks them, kept on uninstall, and not where it serves them already
+// or where reports are off.
+func TestOpenReportsCRDsOnlyWhereAbsent(t *testing.T) {
+	c := loadChart(t)
+	crds := func(values string, apis ...string) []*apiextensionsv1.CustomResourceDefinition {
+		rel, err := chartrender.Render(c, releaseName, namespace, parseValues(t, values), append(slices.Clone(clusterAPIs), apis...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return findAll[*apiextensionsv1.CustomResourceDefinition](decodeAll(t, rel.Documents(false)))
+	}
+	got := crds("")
+	if len(got) != 2 || got[0].Name != "reports.openreports.io" || got[1].Name != "clusterreports.openreports.io" {
+		t.Fatalf("want the Report and ClusterReport CRDs, got %d", len(got))
+	}
+	for _, crd := range got {
+		if crd.Annotations["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("%s is not kept on uninstall", crd.Name)
+		}
+	}
+	if n := len(crds("", "openreports.io/v1alpha1/Report")); n != 0 {
+		t.Errorf("the cluster serves OpenReports already, yet the chart renders %d CRDs", n)
+	}
+	if n := len(crds("reports: {enabled: false}")); n != 0 {
+		t.Errorf("reports.enabled=false still renders %d CRDs", n)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,6 +36,9 @@ func runInCluster(ctx context.Context, o Options) error {
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := openreports.Install(scheme); err != nil {
 		return err
 	}
 	mgr, err := ctrl.NewManager(o.RestConfig, manager.Options{
@@ -70,6 +74,11 @@ func runInCluster(ctx context.Context, o Options) error {
 	if err := reconciler.setup(mgr); err != nil {
 		return err
 	}
+	if o.Audit != nil {
+		if err := addAuditor(mgr, o, source, m); err != nil {
+			return err
+		}
+	}
 	if err := mgr.Add(namespaces); err != nil {
 		return err
 	}
@@ -91,6 +100,16 @@ func runInCluster(ctx context.Context, o Options) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// addAuditor adds the background audit, which elects its own replica.
+func addAuditor(mgr manager.Manager, o Options, source *PolicySource, m *Metrics) error {
+	clientset, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	return mgr.Add(&auditSync{clientset: clientset, client: mgr.GetClient(), reader: mgr.GetAPIReader(), source: source, options: *o.Audit,
+		namespace: o.PolicyConfigMap.Namespace, metrics: m, log: o.Log.WithName("audit")})
 }
 
 // addWebhookServer starts the TLS server at once when certificates come from

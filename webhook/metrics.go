@@ -17,6 +17,8 @@ type Metrics struct {
 	MissingExemptNS  prometheus.Gauge
 	ConfigMapLookups *prometheus.CounterVec
 	BackstopSyncs    *prometheus.CounterVec
+	AuditRuns        *prometheus.CounterVec
+	AuditObjects     *prometheus.GaugeVec
 }
 
 var (
@@ -29,7 +31,8 @@ func DefaultMetrics() *Metrics {
 	metricsOnce.Do(func() {
 		metrics = NewMetrics()
 		ctrlmetrics.Registry.MustRegister(metrics.Decisions, metrics.Evaluation, metrics.PolicyReloads,
-			metrics.PolicyInfo, metrics.MissingExemptNS, metrics.ConfigMapLookups, metrics.BackstopSyncs)
+			metrics.PolicyInfo, metrics.MissingExemptNS, metrics.ConfigMapLookups, metrics.BackstopSyncs,
+			metrics.AuditRuns, metrics.AuditObjects)
 	})
 	return metrics
 }
@@ -66,5 +69,13 @@ func NewMetrics() *Metrics {
 			Name: "gpuguard_cel_backstop_syncs_total",
 			Help: "Server-side applies of the CEL backstop after a policy load, by result: success or error.",
 		}, []string{"result"}),
+		AuditRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuguard_audit_runs_total",
+			Help: "Background audits of what exists in the cluster, by result: success or error.",
+		}, []string{"result"}),
+		AuditObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpuguard_audit_objects",
+			Help: "Existing pods and pod controllers the last background audit judged, by verdict: allow, warn or deny.",
+		}, []string{"verdict"}),
 	}
 }

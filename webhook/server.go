@@ -69,6 +69,9 @@ type Options struct {
 	// CELBackstop.Name and leaving out CELBackstop.ExcludedNamespaces.
 	CELBackstop *cel.Options
 
+	// Audit, when set, runs the background audit (and writes OpenReports).
+	Audit *AuditOptions
+
 	// RestConfig reaches the API server (not needed standalone).
 	RestConfig *rest.Config
 	Log        logr.Logger

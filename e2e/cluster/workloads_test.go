@@ -17,7 +17,10 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
 )
@@ -104,6 +107,28 @@ func TestChartServesGPUs(t *testing.T) {
 		})
 		if !found {
 			t.Errorf("the audit does not name %s with final-state: %s", running.Name, out)
+		}
+	})
+	t.Run("the background audit reports the pod that ran before install", func(t *testing.T) {
+		dyn, err := dynamic.NewForConfig(s.cp.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reports := dyn.Resource(schema.GroupVersionResource{Group: "openreports.io", Version: "v1alpha1", Resource: "reports"}).Namespace(tenantNS)
+		var last string
+		err = framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
+			r, err := reports.Get(ctx, "gpuguard", metav1.GetOptions{})
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			results, _, _ := unstructured.NestedSlice(r.Object, "results")
+			data, _ := json.Marshal(results)
+			last = string(data)
+			return strings.Contains(last, `"name":"`+running.Name+`"`) && strings.Contains(last, `"rule":"final-state"`), nil
+		})
+		if err != nil {
+			t.Fatalf("no OpenReports Report in %s names %s with final-state: %s", tenantNS, running.Name, last)
 		}
 	})
 	t.Run("one GPU", func(t *testing.T) {

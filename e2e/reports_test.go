@@ -1,0 +1,129 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
+)
+
+// TestBackgroundAuditWritesOpenReports installs the OpenReports CRDs the chart
+// ships, creates a pod from before gpuguard's install, and runs a webhook with
+// the background audit: an OpenReports Report in the pod's namespace names the
+// pod and its rule, and the result goes once the pod does.
+func TestBackgroundAuditWritesOpenReports(t *testing.T) {
+	ctx := context.Background()
+	c := reportsClient(t)
+	installOpenReportsCRDs(t, c)
+	ns := "audit-reports"
+	if err := framework.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
+		t.Fatal(err)
+	}
+	createBeforeInstall(t, func() bool {
+		_, err := s.cp.Client.CoreV1().Pods(ns).Create(ctx, plainPod("leak"), metav1.CreateOptions{})
+		return err == nil || apierrors.IsAlreadyExists(err)
+	})
+
+	kubeconfig, err := s.cp.Kubeconfig("gpuguard-auditor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh, err := framework.NewWebhook(s.Binary, kubeconfig, s.CertDir, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh.Extra = []string{"--audit-interval", "10s", "--audit-reports"}
+	if err := wh.Start(releaseNS + "/" + policyName); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = wh.Stop() }()
+
+	report := &openreports.Report{}
+	key := client.ObjectKey{Namespace: ns, Name: "gpuguard"}
+	err = framework.Poll(ctx, time.Minute, func() (bool, error) {
+		if c.Get(ctx, key, report) != nil {
+			return false, nil
+		}
+		return slices.ContainsFunc(report.Results, func(r openreports.ReportResult) bool {
+			return r.Rule == "final-state" && r.Result == "fail" && len(r.Subjects) == 1 && r.Subjects[0].Name == "leak"
+		}), nil
+	})
+	if err != nil {
+		t.Fatalf("no Report in %s names the pod from before the install with final-state: %+v\n%s", ns, report, framework.Tail(wh.Log))
+	}
+	if report.Source != "gpuguard" || report.Summary.Fail < 1 {
+		t.Errorf("report source %q, summary %+v", report.Source, report.Summary)
+	}
+
+	deletePod(ctx, ns, "leak")
+	err = framework.Poll(ctx, time.Minute, func() (bool, error) {
+		return apierrors.IsNotFound(c.Get(ctx, key, &openreports.Report{})), nil
+	})
+	if err != nil {
+		t.Errorf("the Report stayed after its only object was deleted: %v\n%s", err, framework.Tail(wh.Log))
+	}
+}
+
+func reportsClient(t *testing.T) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	utilruntime.Must(openreports.Install(scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
+	c, err := client.New(s.cp.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// installOpenReportsCRDs creates the chart's OpenReports CRDs, waits until the
+// API server serves them, and deletes them when the test ends, so that the
+// suite's other tests see a cluster without them.
+func installOpenReportsCRDs(t *testing.T, c client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	for _, f := range []string{"openreports.io_reports.yaml", "openreports.io_clusterreports.yaml"} {
+		data, err := os.ReadFile(filepath.Join("..", "charts", "gpuguard", "files", "openreports", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := sigsyaml.Unmarshal(data, crd); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), crd) })
+		err = framework.Poll(ctx, time.Minute, func() (bool, error) {
+			got := &apiextensionsv1.CustomResourceDefinition{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(crd), got); err != nil {
+				return false, nil
+			}
+			for _, cond := range got.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatalf("CRD %s not established: %v", crd.Name, err)
+		}
+	}
+}

@@ -1,0 +1,171 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpuguard/gpuguard/internal/audit"
+	"github.com/gpuguard/gpuguard/internal/reports"
+	"github.com/gpuguard/gpuguard/policy"
+)
+
+// AuditOptions turn on the background audit: every Interval, and whenever the
+// policy changes, one elected replica judges what exists in the cluster and,
+// with Reports, writes the results as OpenReports.
+type AuditOptions struct {
+	Interval time.Duration
+	Reports  bool
+	// Excluded namespaces besides kube-system, kube-node-lease and the policy's.
+	Excluded []string
+}
+
+// auditLease is the Lease the replicas elect the auditor with.
+const auditLease = "gpuguard-audit"
+
+// policyPoll is how often the auditor looks for a new policy.
+const policyPoll = 2 * time.Second
+
+// auditSync is the background audit. It runs on every replica and elects one
+// through its own Lease, so that only the audit waits for leadership, never the
+// webhook server or the policy watch.
+type auditSync struct {
+	clientset kubernetes.Interface
+	client    client.Client
+	// reader reads Reports straight from the API server: no cluster-wide watch.
+	reader    client.Reader
+	source    *PolicySource
+	options   AuditOptions
+	namespace string // the policy's, for the Lease and left out of the audit
+	metrics   *Metrics
+	log       logr.Logger
+}
+
+// NeedLeaderElection is false: the auditor elects itself (see Start).
+func (a *auditSync) NeedLeaderElection() bool { return false }
+
+// Start campaigns for the Lease until ctx is done, auditing while it leads.
+func (a *auditSync) Start(ctx context.Context) error {
+	identity, _ := os.Hostname()
+	identity = fmt.Sprintf("%s_%d", identity, os.Getpid())
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: auditLease, Namespace: a.namespace},
+		Client:     a.clientset.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+	}
+	for ctx.Err() == nil {
+		leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+			Lock: lock, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+			ReleaseOnCancel: true, Name: auditLease,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: a.lead,
+				OnStoppedLeading: func() { a.log.Info("no longer the auditing replica") },
+			},
+		})
+	}
+	return nil
+}
+
+// lead audits every interval and after every policy change, while leading.
+func (a *auditSync) lead(ctx context.Context) {
+	a.log.Info("auditing the cluster", "interval", a.options.Interval.String(), "reports", a.options.Reports)
+	poll := time.NewTicker(policyPoll)
+	defer poll.Stop()
+	var audited *policy.Engine
+	var last time.Time
+	for {
+		if e := a.source.Engine(); e != nil && (e != audited || time.Since(last) >= a.options.Interval) {
+			a.once(ctx, e)
+			audited, last = e, time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-poll.C:
+		}
+	}
+}
+
+func (a *auditSync) once(ctx context.Context, e *policy.Engine) {
+	excluded := slices.Concat(audit.DefaultExcluded, []string{a.namespace}, a.options.Excluded)
+	out, err := audit.Run(ctx, a.clientset, e, audit.Options{Excluded: excluded})
+	if err != nil {
+		a.metrics.AuditRuns.WithLabelValues("error").Inc()
+		a.log.Error(err, "background audit failed")
+		return
+	}
+	denied, warned := 0, 0
+	for _, j := range out.Judged {
+		switch {
+		case !j.Result.Allowed:
+			denied++
+		case len(j.Result.Violations) > 0:
+			warned++
+		}
+	}
+	a.metrics.AuditObjects.WithLabelValues("deny").Set(float64(denied))
+	a.metrics.AuditObjects.WithLabelValues("warn").Set(float64(warned))
+	a.metrics.AuditObjects.WithLabelValues("allow").Set(float64(len(out.Judged) - denied - warned))
+	if a.options.Reports {
+		if err := a.writeReports(ctx, reports.Build(out, time.Now())); err != nil {
+			a.metrics.AuditRuns.WithLabelValues("error").Inc()
+			a.log.Error(err, "writing the audit's OpenReports")
+			return
+		}
+	}
+	a.metrics.AuditRuns.WithLabelValues("success").Inc()
+	a.log.Info("background audit", "judged", len(out.Judged), "denied", denied, "warned", warned)
+}
+
+// writeReports creates or updates gpuguard's Report in every namespace that
+// has one now, and deletes it where it has none any more: a result goes with
+// its object.
+func (a *auditSync) writeReports(ctx context.Context, want map[string]*openreports.Report) error {
+	existing := &openreports.ReportList{}
+	err := a.reader.List(ctx, existing, client.MatchingLabels(reports.Labels))
+	if meta.IsNoMatchError(err) {
+		return fmt.Errorf("the OpenReports CRDs (openreports.io/v1alpha1) are not installed: install them (the chart does with reports.enabled) or run without --audit-reports: %w", err)
+	}
+	if err != nil {
+		return err
+	}
+	for i := range existing.Items {
+		old := &existing.Items[i]
+		if _, keep := want[old.Namespace]; !keep && old.Name == reports.Name {
+			if err := a.client.Delete(ctx, old); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+	}
+	for _, r := range want {
+		if err := a.upsert(ctx, r); err != nil {
+			return fmt.Errorf("writing report %s/%s: %w", r.Namespace, r.Name, err)
+		}
+	}
+	return nil
+}
+
+func (a *auditSync) upsert(ctx context.Context, r *openreports.Report) error {
+	cur := &openreports.Report{}
+	err := a.reader.Get(ctx, client.ObjectKeyFromObject(r), cur)
+	if apierrors.IsNotFound(err) {
+		return a.client.Create(ctx, r)
+	}
+	if err != nil {
+		return err
+	}
+	r.ResourceVersion = cur.ResourceVersion
+	return a.client.Update(ctx, r)
+}
