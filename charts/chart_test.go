@@ -782,6 +782,9 @@ func TestRBAC(t *testing.T) {
 			var agentWant []rbacRule
 			if rc.name != "agent-off" {
 				agentWant = append(agentWant, rbacRule{"cluster", "", "events", "create", ""})
+				for _, v := range []string{"get", "create", "update"} {
+					agentWant = append(agentWant, rbacRule{"cluster", "openreports.io", "clusterreports", v, ""})
+				}
 			}
 			if rc.name == "observability" {
 				agentWant = append(agentWant, rbacRule{"cluster", "", "nodes", "get", ""}, rbacRule{"cluster", "", "nodes", "patch", ""})
@@ -1021,7 +1024,8 @@ func TestAgentVerifierModes(t *testing.T) {
 		grants       []string
 		token        bool
 	}{
-		{"enforce", "agent: {verify: {mode: enforce}}", []string{"cluster /events create", "cluster /pods/eviction create"}, true},
+		{"enforce", "agent: {verify: {mode: enforce}}", []string{"cluster /clusterreports create", "cluster /clusterreports get", "cluster /clusterreports update",
+			"cluster /events create", "cluster /pods/eviction create"}, true},
 		{"off", "agent: {verify: {mode: off}}", nil, false},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {

@@ -4,20 +4,16 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
 )
@@ -29,7 +25,7 @@ import (
 func TestBackgroundAuditWritesOpenReports(t *testing.T) {
 	ctx := context.Background()
 	c := reportsClient(t)
-	installOpenReportsCRDs(t, c)
+	installOpenReportsCRDs(t)
 	ns := "audit-reports"
 	if err := framework.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
 		t.Fatal(err)
@@ -83,7 +79,6 @@ func reportsClient(t *testing.T) client.Client {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	utilruntime.Must(openreports.Install(scheme))
-	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
 	c, err := client.New(s.cp.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -91,39 +86,14 @@ func reportsClient(t *testing.T) client.Client {
 	return c
 }
 
-// installOpenReportsCRDs creates the chart's OpenReports CRDs, waits until the
-// API server serves them, and deletes them when the test ends, so that the
-// suite's other tests see a cluster without them.
-func installOpenReportsCRDs(t *testing.T, c client.Client) {
+// installOpenReportsCRDs installs the chart's OpenReports CRDs for the test
+// and deletes them when it ends, so that the suite's other tests see a cluster
+// without them.
+func installOpenReportsCRDs(t *testing.T) {
 	t.Helper()
-	ctx := context.Background()
-	for _, f := range []string{"openreports.io_reports.yaml", "openreports.io_clusterreports.yaml"} {
-		data, err := os.ReadFile(filepath.Join("..", "charts", "gpuguard", "files", "openreports", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := sigsyaml.Unmarshal(data, crd); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Delete(context.Background(), crd) })
-		err = framework.Poll(ctx, time.Minute, func() (bool, error) {
-			got := &apiextensionsv1.CustomResourceDefinition{}
-			if err := c.Get(ctx, client.ObjectKeyFromObject(crd), got); err != nil {
-				return false, nil
-			}
-			for _, cond := range got.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return true, nil
-				}
-			}
-			return false, nil
-		})
-		if err != nil {
-			t.Fatalf("CRD %s not established: %v", crd.Name, err)
-		}
+	remove, err := framework.InstallOpenReportsCRDs(context.Background(), s.cp, "..")
+	t.Cleanup(remove)
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuguard/gpuguard/agent/cdispec"
@@ -44,7 +45,9 @@ type Agent struct {
 	// --publish-node-labels.
 	nodeLabels *labelPublisher
 	// kube records the verifier's Events and evictions; nil without API access.
-	kube          kubernetes.Interface
+	kube kubernetes.Interface
+	// reports writes the node's ClusterReport; nil unless --reports.
+	reports       dynamic.Interface
 	verifyMetrics *verify.Metrics
 
 	// otherPlugins are the sockets of another NVIDIA device plugin once
@@ -83,18 +86,15 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Agent, error)
 		}
 		nodeLabels = p
 	}
-	kube, err := apiClient(cfg.Kubeconfig)
+	kube, reports, err := apiClients(cfg)
 	if err != nil {
 		return nil, ConfigError{err}
-	}
-	if kube == nil && cfg.Verify == verify.ModeEnforce {
-		return nil, ConfigError{fmt.Errorf("--verify=enforce evicts through the API server: run in a cluster or pass --kubeconfig")}
 	}
 	b, err := discovery.OpenBackend(cfg.Backend, cfg.NodeName, cfg.NVMLLibrary)
 	if err != nil {
 		return nil, ConfigError{err}
 	}
-	a := &Agent{cfg: cfg, log: log, backend: b, nodeLabels: nodeLabels, kube: kube,
+	a := &Agent{cfg: cfg, log: log, backend: b, nodeLabels: nodeLabels, kube: kube, reports: reports,
 		verifyMetrics: verify.NewMetrics(reg),
 		pluginMetrics: plugin.NewMetrics(reg),
 		hardening:     nodeconfig.NewMetrics(reg),

@@ -384,6 +384,7 @@ func TestBadFlags(t *testing.T) {
 		"verify policy":   func(c *Config) { c.PolicyFile = "/nonexistent/policy.yaml" },
 		// Enforcing evicts through the API server, which this agent has no access to.
 		"verify enforce without API access": func(c *Config) { c.Verify = "enforce" },
+		"reports without API access":        func(c *Config) { c.Reports = true },
 	} {
 		cfg := testConfig(t, "/nonexistent", "hardened")
 		mutate(&cfg)

@@ -54,6 +54,7 @@ type Config struct {
 	ProcRoot               string
 	PolicyFile             string
 	Kubeconfig             string
+	Reports                bool
 }
 
 // DefaultConfig has the flags' defaults.
@@ -108,6 +109,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", c.PodResourcesSocket, "the kubelet's PodResources socket")
 	fs.StringVar(&c.ProcRoot, "proc-root", c.ProcRoot, "the host's /proc (the agent needs the host's PID namespace to see containers' roots)")
 	fs.StringVar(&c.PolicyFile, "policy-file", c.PolicyFile, "gpuguard policy document (the chart mounts the policy ConfigMap): its gpuResources and exempt namespaces; default: the built-in policy")
+	fs.BoolVar(&c.Reports, "reports", c.Reports, "also keep the verifier's findings in an OpenReports ClusterReport, gpuguard-node-<node> (needs its CRD)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig for Events and evictions (default: the pod's service account in a cluster; none outside one)")
 	fs.BoolVar(&c.PublishNodeLabels, "publish-node-labels", c.PublishNodeLabels, "label this node with the hardening report (gpuguard.io/hardened, gpuguard.io/check.*); needs $NODE_NAME or --node-name, and RBAC to get and patch nodes")
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -33,9 +34,10 @@ func validateVerify(c Config) error {
 	return nil
 }
 
-// apiClient is the agent's client for Events and evictions: --kubeconfig, or
-// the pod's service account in a cluster; nil outside one.
-func apiClient(kubeconfig string) (kubernetes.Interface, error) {
+// apiConfig is the agent's API access for Events, evictions and its
+// ClusterReport: --kubeconfig, or the pod's service account in a cluster; nil
+// outside one.
+func apiConfig(kubeconfig string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	switch {
@@ -49,7 +51,7 @@ func apiClient(kubeconfig string) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API access for the verifier: %w", err)
 	}
-	return kubernetes.NewForConfig(cfg)
+	return cfg, nil
 }
 
 func readPolicy(path string) (*config.Policy, error) {
@@ -75,6 +77,9 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 	rep := &verify.Reporter{Mode: a.cfg.Verify, Log: a.log.WithName("verify"), Metrics: a.verifyMetrics}
 	if a.kube != nil {
 		rep.Actions = verify.Kube{Client: a.kube, Node: a.cfg.NodeName}
+	}
+	if a.reports != nil {
+		rep.Node = &verify.NodeReport{Client: a.reports, Node: a.cfg.NodeName}
 	}
 	v := &verify.Verifier{
 		Table: verify.NewDeviceTable(inv), Resolver: verify.NewGPUResolver(inv),
@@ -147,4 +152,27 @@ func (a *Agent) connectVerifier(ctx context.Context, v *verify.Verifier) error {
 		v.Containers = cri
 	}
 	return nil
+}
+
+// apiClients makes the verifier's clients: for Events and evictions, and with
+// --reports for its ClusterReport. What needs API access refuses to run
+// without it.
+func apiClients(cfg Config) (kubernetes.Interface, dynamic.Interface, error) {
+	rc, err := apiConfig(cfg.Kubeconfig)
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case rc == nil && cfg.Verify == verify.ModeEnforce:
+		return nil, nil, fmt.Errorf("--verify=enforce evicts through the API server: run in a cluster or pass --kubeconfig")
+	case rc == nil && cfg.Reports:
+		return nil, nil, fmt.Errorf("--reports writes a ClusterReport through the API server: run in a cluster or pass --kubeconfig")
+	case rc == nil:
+		return nil, nil, nil
+	}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil || !cfg.Reports {
+		return kube, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	return kube, dyn, err
 }

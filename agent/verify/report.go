@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 )
@@ -26,12 +27,16 @@ type Reporter struct {
 	Log     logr.Logger
 	Metrics *Metrics
 	Actions Actions
+	// Node, when set, keeps the node's ClusterReport in line with each pass.
+	Node *NodeReport
 
 	// reported holds "containerID/uuid" of findings already logged.
 	reported map[string]bool
 	// lastErr is the last pass error logged: a runtime or kubelet that stays
 	// away is logged once, not every pass.
 	lastErr string
+	// lastReportErr is the last ClusterReport error logged.
+	lastReportErr string
 }
 
 // Report takes one pass (or the error that stopped it).
@@ -70,6 +75,16 @@ func (r *Reporter) Report(ctx context.Context, p Pass, err error) {
 	}
 	r.reported = live
 	r.recordEvents(ctx, fresh)
+	if r.Node != nil {
+		err := r.Node.Write(ctx, p, time.Now())
+		if err != nil && err.Error() != r.lastReportErr {
+			r.Log.Error(err, "cannot write the node's ClusterReport; findings are in logs, metrics and Events")
+		}
+		r.lastReportErr = ""
+		if err != nil {
+			r.lastReportErr = err.Error()
+		}
+	}
 }
 
 // recordEvents records one Event per container for its new findings.

@@ -110,26 +110,10 @@ func TestChartServesGPUs(t *testing.T) {
 		}
 	})
 	t.Run("the background audit reports the pod that ran before install", func(t *testing.T) {
-		dyn, err := dynamic.NewForConfig(s.cp.Config)
-		if err != nil {
-			t.Fatal(err)
-		}
-		reports := dyn.Resource(schema.GroupVersionResource{Group: "openreports.io", Version: "v1alpha1", Resource: "reports"}).Namespace(tenantNS)
-		var last string
-		err = framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
-			r, err := reports.Get(ctx, "gpuguard", metav1.GetOptions{})
-			if err != nil {
-				last = err.Error()
-				return false, nil
-			}
-			results, _, _ := unstructured.NestedSlice(r.Object, "results")
-			data, _ := json.Marshal(results)
-			last = string(data)
-			return strings.Contains(last, `"name":"`+running.Name+`"`) && strings.Contains(last, `"rule":"final-state"`), nil
-		})
-		if err != nil {
-			t.Fatalf("no OpenReports Report in %s names %s with final-state: %s", tenantNS, running.Name, last)
-		}
+		expectReported(t, "reports", tenantNS, "gpuguard", running.Name, "final-state")
+	})
+	t.Run("the node's ClusterReport holds the verifier's finding", func(t *testing.T) {
+		expectReported(t, "clusterreports", "", "gpuguard-node-"+nodeName, running.Name, "unallocated-gpu-access")
 	})
 	t.Run("one GPU", func(t *testing.T) {
 		var pod *corev1.Pod
@@ -254,4 +238,31 @@ func runPod(t *testing.T, pod *corev1.Pod, ran **corev1.Pod) framework.ProbeRepo
 		*ran = done
 	}
 	return report
+}
+
+// expectReported waits until an OpenReports report holds a result of rule
+// about the pod.
+func expectReported(t *testing.T, resource, ns, name, pod, rule string) {
+	t.Helper()
+	ctx := context.Background()
+	dyn, err := dynamic.NewForConfig(s.cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := dyn.Resource(schema.GroupVersionResource{Group: "openreports.io", Version: "v1alpha1", Resource: resource})
+	var last string
+	err = framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
+		r, err := reports.Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		results, _, _ := unstructured.NestedSlice(r.Object, "results")
+		data, _ := json.Marshal(results)
+		last = string(data)
+		return strings.Contains(last, `"name":"`+pod+`"`) && strings.Contains(last, `"rule":"`+rule+`"`), nil
+	})
+	if err != nil {
+		t.Fatalf("%s %s/%s holds no %s result about %s: %s", resource, ns, name, rule, pod, last)
+	}
 }

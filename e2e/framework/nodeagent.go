@@ -56,7 +56,7 @@ func (n *Node) verifyArgs(p NodeProfile) ([]string, error) {
 		return nil, err
 	}
 	return []string{"--verify", mode, "--verify-interval", "2s", "--cri-endpoint", n.ContainerdSocket(),
-		"--pod-resources-socket", n.PodResourcesSocket(), "--kubeconfig", kubeconfig}, nil
+		"--pod-resources-socket", n.PodResourcesSocket(), "--kubeconfig", kubeconfig, "--reports"}, nil
 }
 
 // PodResourcesSocket is the kubelet's PodResources socket, under its --root-dir.

@@ -55,6 +55,10 @@ func run(m *testing.M, root string) (int, error) {
 	}
 	defer cp.Stop()
 	ctx := context.Background()
+	// The agent keeps its findings in an OpenReports ClusterReport.
+	if _, err := framework.InstallOpenReportsCRDs(ctx, cp, root); err != nil {
+		return 1, err
+	}
 	for _, ns := range []string{tenantNS, exemptNS} {
 		if err := framework.EnsureNamespace(ctx, cp, ns, nil); err != nil {
 			return 1, err

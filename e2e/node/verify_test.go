@@ -12,6 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
 )
@@ -63,6 +66,38 @@ func testVerifierFinds(ns string, leak func() *corev1.Pod) func(t *testing.T) {
 			}
 		}
 		expectFindingEvent(t, leaking)
+		expectClusterReport(t, leaking, len(s.node.GPUs))
+	}
+}
+
+// expectClusterReport waits until the node's ClusterReport holds n results
+// for the pod.
+func expectClusterReport(t *testing.T, p *corev1.Pod, n int) {
+	t.Helper()
+	ctx := context.Background()
+	dyn, err := dynamic.NewForConfig(s.cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := dyn.Resource(schema.GroupVersionResource{Group: "openreports.io", Version: "v1alpha1", Resource: "clusterreports"})
+	got := 0
+	err = framework.Poll(ctx, verifyDeadline, func() (bool, error) {
+		r, err := reports.Get(ctx, "gpuguard-node-"+s.node.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		results, _, _ := unstructured.NestedSlice(r.Object, "results")
+		got = 0
+		for _, res := range results {
+			subjects, _, _ := unstructured.NestedSlice(res.(map[string]any), "resources")
+			if len(subjects) == 1 && subjects[0].(map[string]any)["name"] == p.Name {
+				got++
+			}
+		}
+		return got == n, nil
+	})
+	if err != nil {
+		t.Errorf("the node's ClusterReport holds %d results for %s, want %d", got, p.Name, n)
 	}
 }
 

@@ -130,7 +130,7 @@ func run() error {
 
 func table(ctx context.Context, node *framework.Node) error {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "pod\tnode\twithout gpuguard\twith gpuguard\n")
+	fmt.Fprintf(w, "pod\tnode\twithout gpuguard\twith gpuguard\tverifier (admission bypassed)\n")
 	var applied *framework.NodeProfile
 	for i, r := range rows() {
 		if applied == nil || applied.String() != r.profile.String() {
@@ -148,7 +148,11 @@ func table(ctx context.Context, node *framework.Node) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", r.what, r.profile, without, with)
+		seen, err := verifierSees(ctx, node, unguardedNS, r.pod(node, fmt.Sprintf("pod-%d-running", i)))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.what, r.profile, without, with, seen)
 	}
 	fmt.Println()
 	return w.Flush()
@@ -173,4 +177,32 @@ func outcome(ctx context.Context, node *framework.Node, ns string, pod *corev1.P
 	default:
 		return strings.Join(gpus, " "), nil
 	}
+}
+
+// verifierSees keeps the pod running where admission does not look, and says
+// what the agent's verifier reports about it within two of its passes.
+func verifierSees(ctx context.Context, node *framework.Node, ns string, pod *corev1.Pod) (string, error) {
+	_, err := node.StartHeldProbe(ctx, ns, pod)
+	defer func() { _ = node.DeletePod(ctx, ns, pod.Name) }()
+	if err != nil {
+		return "", err
+	}
+	const passes = `gpuguard_agent_verify_passes_total{result="ok"}`
+	series := fmt.Sprintf(`gpuguard_agent_unallocated_gpu_access{container=%q,namespace=%q,pod=%q}`, pod.Spec.Containers[0].Name, ns, pod.Name)
+	m, err := node.AgentMetrics(ctx)
+	if err != nil {
+		return "", err
+	}
+	start := m[passes]
+	err = framework.Poll(ctx, 30*time.Second, func() (bool, error) {
+		m, err = node.AgentMetrics(ctx)
+		return err == nil && (m[series] > 0 || m[passes] >= start+2), nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("the verifier made no pass: %w", err)
+	}
+	if n := m[series]; n > 0 {
+		return fmt.Sprintf("found: %d GPUs not allocated", int(n)), nil
+	}
+	return "nothing to find", nil
 }

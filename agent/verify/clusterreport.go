@@ -1,0 +1,108 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"time"
+
+	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+)
+
+// RuleUnallocatedGPUAccess names the verifier's finding in reports.
+const RuleUnallocatedGPUAccess = "unallocated-gpu-access"
+
+var clusterReports = openreports.SchemeGroupVersion.WithResource("clusterreports")
+
+// NodeReport writes the node's findings as an OpenReports ClusterReport,
+// gpuguard-node-<node>, beside the namespaced Reports of the webhook's audit.
+// It writes only when the findings change, not every pass.
+type NodeReport struct {
+	Client dynamic.Interface
+	Node   string
+
+	written []openreports.ReportResult // the results last written, without timestamps
+}
+
+// Name is the ClusterReport's name.
+func (n *NodeReport) Name() string { return "gpuguard-node-" + n.Node }
+
+// Write brings the ClusterReport in line with a pass.
+func (n *NodeReport) Write(ctx context.Context, p Pass, now time.Time) error {
+	want := n.build(p, now)
+	if n.written != nil && reflect.DeepEqual(untimed(want.Results), n.written) {
+		return nil
+	}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(want)
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res := n.Client.Resource(clusterReports)
+	cur, err := res.Get(ctx, n.Name(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = res.Create(ctx, u, metav1.CreateOptions{})
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("the OpenReports CRDs (openreports.io/v1alpha1) are not installed: %w", err)
+		}
+	case err == nil:
+		u.SetResourceVersion(cur.GetResourceVersion())
+		_, err = res.Update(ctx, u, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("writing ClusterReport %s: %w", n.Name(), err)
+	}
+	n.written = untimed(want.Results)
+	return nil
+}
+
+func (n *NodeReport) build(p Pass, now time.Time) *openreports.ClusterReport {
+	r := &openreports.ClusterReport{
+		TypeMeta: metav1.TypeMeta{APIVersion: openreports.SchemeGroupVersion.String(), Kind: "ClusterReport"},
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name(), Labels: map[string]string{
+			"app.kubernetes.io/managed-by": "gpuguard", "app.kubernetes.io/component": "agent"}},
+		Source:  "gpuguard-agent",
+		Scope:   &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: n.Node},
+		Results: []openreports.ReportResult{},
+	}
+	reached := map[string]bool{}
+	for _, f := range p.Findings {
+		if f.Exempt != "" {
+			continue
+		}
+		reached[f.Container.ID] = true
+		c := f.Container
+		r.Results = append(r.Results, openreports.ReportResult{
+			Source: "gpuguard-agent", Policy: "gpuguard", Rule: RuleUnallocatedGPUAccess, Category: "GPU isolation",
+			Severity: "critical", Result: "fail", Scored: true, Timestamp: metav1.Timestamp{Seconds: now.Unix()},
+			Subjects: []corev1.ObjectReference{{APIVersion: "v1", Kind: "Pod", Namespace: c.Key.Namespace, Name: c.Key.Pod,
+				UID: types.UID(c.PodUID), FieldPath: fmt.Sprintf("spec.containers{%s}", c.Key.Container)}},
+			Description: Message([]Finding{f}),
+			Properties: map[string]string{"container": c.Key.Container, "gpu": f.GPU.UUID, "path": f.GPU.Path,
+				"seenBy": f.SeenBy, "node": n.Node},
+		})
+	}
+	r.Summary.Fail = len(r.Results)
+	r.Summary.Pass = p.Containers - len(reached)
+	return r
+}
+
+// untimed are results without their timestamps, for comparing passes.
+func untimed(results []openreports.ReportResult) []openreports.ReportResult {
+	out := make([]openreports.ReportResult, len(results))
+	for i, r := range results {
+		r.Timestamp = metav1.Timestamp{}
+		out[i] = r
+	}
+	return out
+}
