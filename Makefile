@@ -97,6 +97,7 @@ GPU_CHECK_DIR ?= _gpu
 .PHONY: gpu-check-binaries
 gpu-check-binaries:
 	CGO_ENABLED=1 $(GO) test -c -trimpath -ldflags='-s -w' -o $(GPU_CHECK_DIR)/discovery.test ./agent/discovery
+	CGO_ENABLED=1 $(GO) test -c -trimpath -ldflags='-s -w' -o $(GPU_CHECK_DIR)/verify.test ./agent/verify
 	CGO_ENABLED=1 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_CHECK_DIR)/gpuguard-agent ./cmd/gpuguard-agent
 
 clean:

@@ -5,7 +5,7 @@
 #
 #   hack/gpu-check.sh [DIR]
 #
-# DIR holds discovery.test and gpuguard-agent (each may be gzipped), built
+# DIR holds discovery.test, verify.test and gpuguard-agent (each may be gzipped), built
 # elsewhere with `make gpu-check-binaries`; without DIR they are built here.
 # Results go to stdout and, when OUT is set, to files under $OUT.
 set -uo pipefail
@@ -16,7 +16,7 @@ if [ ! -e "$dir/discovery.test" ] && [ ! -e "$dir/discovery.test.gz" ]; then
   make gpu-check-binaries GPU_CHECK_DIR="$dir" || exit 2
 fi
 for f in "$dir"/*.gz; do [ -e "$f" ] && gunzip -kf "$f"; done
-chmod +x "$dir/discovery.test" "$dir/gpuguard-agent" 2>/dev/null
+chmod +x "$dir/discovery.test" "$dir/verify.test" "$dir/gpuguard-agent" 2>/dev/null
 
 echo "== nvidia-smi"
 nvidia-smi -L; nvidia-smi --query-gpu=name,uuid,pci.bus_id,driver_version --format=csv
@@ -35,6 +35,11 @@ fi
 echo "== real-NVML tests"
 GPUGUARD_REAL_NVML=1 GPUGUARD_REAL_NVML_PID=$holder "$dir/discovery.test" -test.run 'RealNVML' -test.v -test.count=1 2>&1 | tee "$out/tests.log"
 rc=${PIPESTATUS[0]}
+if [ -x "$dir/verify.test" ]; then
+  echo "== the verifier's NVML process view"
+  GPUGUARD_REAL_NVML=1 GPUGUARD_REAL_NVML_PID=$holder "$dir/verify.test" -test.run 'RealNVML' -test.v -test.count=1 2>&1 | tee -a "$out/tests.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+fi
 
 echo "== agent on the real driver (report only)"
 "$dir/gpuguard-agent" --backend nvml --device-plugin off --metrics-addr 127.0.0.1:19465 --node-name gpu-check >"$out/agent.log" 2>&1 &

@@ -84,7 +84,10 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 	v := &verify.Verifier{
 		Table: verify.NewDeviceTable(inv), Resolver: verify.NewGPUResolver(inv),
 		ProcRoot: a.cfg.ProcRoot,
-		Self:     verify.ContainerKey{Namespace: os.Getenv("POD_NAMESPACE"), Pod: os.Getenv("POD_NAME")},
+		// NVML's process view: what each GPU has running, mapped to containers
+		// by cgroup.
+		Processes: verify.NVMLProcesses{Lib: a.backend.Lib, GPUs: inv.GPUs},
+		Self:      verify.ContainerKey{Namespace: os.Getenv("POD_NAMESPACE"), Pod: os.Getenv("POD_NAME")},
 	}
 	s.wg.Add(1)
 	go func() {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -64,6 +65,27 @@ func DefaultMIGLayout() map[int][]int {
 type MockNode struct {
 	Server *server.Server
 	Events *MockEvents
+
+	procMu    sync.Mutex
+	processes map[int][]uint32 // GPU index -> PIDs of its compute processes
+}
+
+// SetProcesses makes NVML report pids as the compute processes of GPU index
+// (none when empty), as a CUDA program holding a context there would be.
+func (n *MockNode) SetProcesses(index int, pids ...uint32) {
+	n.procMu.Lock()
+	defer n.procMu.Unlock()
+	n.processes[index] = pids
+}
+
+func (n *MockNode) runningProcesses(index int) []nvml.ProcessInfo {
+	n.procMu.Lock()
+	defer n.procMu.Unlock()
+	out := []nvml.ProcessInfo{}
+	for _, pid := range n.processes[index] {
+		out = append(out, nvml.ProcessInfo{Pid: pid})
+	}
+	return out
 }
 
 // NewMockNode builds the mock node called name (see MockSystems).
@@ -73,10 +95,12 @@ func NewMockNode(name string, opts MockOptions) (*MockNode, error) {
 		return nil, fmt.Errorf("unknown mock system %q (known: %s)", name, strings.Join(MockSystems(), ", "))
 	}
 	s := ctor()
-	n := &MockNode{Server: s, Events: NewMockEvents()}
+	n := &MockNode{Server: s, Events: NewMockEvents(), processes: map[int][]uint32{}}
 	s.EventSetCreateFunc = n.Events.create
 	for i, d := range s.Devices {
 		dev := d.(*server.Device)
+		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return n.runningProcesses(i), nvml.SUCCESS }
+		dev.GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
 		dev.UUID = StableUUID("GPU", opts.NodeName, name, fmt.Sprint(i))
 		if i < len(dgxPCIBusIDs) {
 			dev.PciBusID = dgxPCIBusIDs[i]

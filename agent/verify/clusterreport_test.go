@@ -27,8 +27,8 @@ func TestNodeReportWritesOnChangeOnly(t *testing.T) {
 	n := &NodeReport{Client: client, Node: "gpu-node-1"}
 	leak := Container{ID: "c1", PodUID: "u1", Key: key("team-a", "leak", "main")}
 	pass := Pass{Containers: 3, Findings: []Finding{
-		{Container: leak, GPU: Reached{"GPU-0", "/dev/nvidia0"}, SeenBy: "device-node"},
-		{Container: Container{ID: "c2", Key: key("gpu-operator", "dcgm", "exporter")}, GPU: Reached{"GPU-0", "/dev/nvidia0"}, Exempt: "namespace gpu-operator"},
+		{Container: leak, GPU: Reached{UUID: "GPU-0", Path: "/dev/nvidia0"}, SeenBy: "device-node"},
+		{Container: Container{ID: "c2", Key: key("gpu-operator", "dcgm", "exporter")}, GPU: Reached{UUID: "GPU-0", Path: "/dev/nvidia0"}, Exempt: "namespace gpu-operator"},
 	}}
 	ctx := context.Background()
 	for i, now := range []time.Time{time.Unix(100, 0), time.Unix(110, 0)} {

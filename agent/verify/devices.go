@@ -40,7 +40,9 @@ func NewDeviceTable(inv *discovery.Inventory) *DeviceTable {
 // Reached is a GPU a container can open, and the device node it opens it by.
 type Reached struct {
 	UUID string
-	Path string // inside the container, e.g. /dev/nvidia3
+	Path string // inside the container, e.g. /dev/nvidia3; "pid N" for an NVML process
+	// SeenBy says how: "device-node", "nvml-process" or both, comma-separated.
+	SeenBy string `json:",omitempty"`
 }
 
 // ReachableGPUs lists the GPUs whose device nodes exist in the /dev of a

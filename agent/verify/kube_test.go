@@ -19,9 +19,9 @@ func TestKubeEventNamesTheContainerAndGPU(t *testing.T) {
 	client := fake.NewClientset()
 	k := Kube{Client: client, Node: "gpu-node-1"}
 	f := Finding{Container: Container{ID: "c1", PodUID: "u1", Key: key("team-a", "leak", "main")},
-		GPU: Reached{"GPU-2", "/dev/nvidia2"}, Allocated: []string{"GPU-1"}}
+		GPU: Reached{UUID: "GPU-2", Path: "/dev/nvidia2"}, Allocated: []string{"GPU-1"}}
 	f2 := f
-	f2.GPU = Reached{"GPU-3", "/dev/nvidia3"}
+	f2.GPU = Reached{UUID: "GPU-3", Path: "/dev/nvidia3"}
 	if err := k.Event(context.Background(), []Finding{f, f2}); err != nil {
 		t.Fatal(err)
 	}

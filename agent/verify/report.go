@@ -37,6 +37,8 @@ type Reporter struct {
 	lastErr string
 	// lastReportErr is the last ClusterReport error logged.
 	lastReportErr string
+	// lastProcessesErr is the last NVML process view error logged.
+	lastProcessesErr string
 }
 
 // Report takes one pass (or the error that stopped it).
@@ -54,6 +56,13 @@ func (r *Reporter) Report(ctx context.Context, p Pass, err error) {
 		r.lastErr = ""
 	}
 	r.Metrics.Passes.WithLabelValues("ok").Inc()
+	if p.ProcessesErr != nil && p.ProcessesErr.Error() != r.lastProcessesErr {
+		r.Log.Error(p.ProcessesErr, "NVML's process view is unavailable; judging by device nodes alone")
+	}
+	r.lastProcessesErr = ""
+	if p.ProcessesErr != nil {
+		r.lastProcessesErr = p.ProcessesErr.Error()
+	}
 	r.Metrics.Containers.Set(float64(p.Containers))
 	r.Metrics.setFindings(p.Findings)
 	live := map[string]bool{}

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // Modes of the verifier.
@@ -47,6 +48,9 @@ type Pass struct {
 	Findings   []Finding
 	// Skipped are containers whose root could not be read (gone meanwhile).
 	Skipped int
+	// ProcessesErr is why NVML's process view is missing from this pass; the
+	// device-node view stands alone then.
+	ProcessesErr error
 }
 
 // Verifier compares reach with allocation.
@@ -64,6 +68,9 @@ type Verifier struct {
 	Exempt func(namespace string) string
 	// Self is the agent's own pod, whose containers are understood, not judged.
 	Self ContainerKey
+	// Processes, when set, adds NVML's view: a container whose process runs
+	// on a GPU it was not allocated is a finding too (seen by "nvml-process").
+	Processes ProcessSource
 }
 
 // Check looks at every running container once.
@@ -77,11 +84,12 @@ func (v *Verifier) Check(ctx context.Context) (Pass, error) {
 		return Pass{}, err
 	}
 	p := Pass{Containers: len(containers)}
+	reached := map[string][]Reached{} // container ID -> GPUs
 	for _, c := range containers {
 		if v.isSelf(c.Key) {
 			continue
 		}
-		reached, err := v.Table.ReachableGPUs(filepath.Join(v.ProcRoot, strconv.Itoa(c.PID), "root"))
+		r, err := v.Table.ReachableGPUs(filepath.Join(v.ProcRoot, strconv.Itoa(c.PID), "root"))
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
 				p.Skipped++
@@ -89,9 +97,65 @@ func (v *Verifier) Check(ctx context.Context) (Pass, error) {
 			}
 			return Pass{}, fmt.Errorf("container %s (pid %d): %w", c.Key, c.PID, err)
 		}
-		p.Findings = append(p.Findings, v.judge(c, reached, allocs[c.Key])...)
+		for i := range r {
+			r[i].SeenBy = SeenByDeviceNode
+		}
+		reached[c.ID] = r
+	}
+	if v.Processes != nil {
+		p.ProcessesErr = v.addProcesses(containers, reached)
+	}
+	for _, c := range containers {
+		p.Findings = append(p.Findings, v.judge(c, reached[c.ID], allocs[c.Key])...)
 	}
 	return p, nil
+}
+
+// How a GPU was seen to be reachable.
+const (
+	SeenByDeviceNode  = "device-node"
+	SeenByNVMLProcess = "nvml-process"
+)
+
+// addProcesses adds, to what each container reaches, the GPUs NVML says its
+// processes run on.
+func (v *Verifier) addProcesses(containers []Container, reached map[string][]Reached) error {
+	byGPU, err := v.Processes.GPUProcesses()
+	if err != nil {
+		return err
+	}
+	byID := make(map[string]Container, len(containers))
+	for _, c := range containers {
+		if !v.isSelf(c.Key) {
+			byID[c.ID] = c
+		}
+	}
+	for uuid, pids := range byGPU {
+		for _, pid := range pids {
+			c, ok, err := containerOfPID(v.ProcRoot, pid, byID)
+			if err != nil {
+				return fmt.Errorf("the cgroup of NVML process %d: %w", pid, err)
+			}
+			if ok {
+				reached[c.ID] = addSeen(reached[c.ID], Reached{UUID: uuid, Path: "pid " + strconv.Itoa(pid)}, SeenByNVMLProcess)
+			}
+		}
+	}
+	return nil
+}
+
+// addSeen records that r was also seen by how, once per GPU.
+func addSeen(list []Reached, r Reached, how string) []Reached {
+	for i := range list {
+		if list[i].UUID == r.UUID {
+			if !strings.Contains(list[i].SeenBy, how) {
+				list[i].SeenBy += "," + how
+			}
+			return list
+		}
+	}
+	r.SeenBy = how
+	return append(list, r)
 }
 
 func (v *Verifier) judge(c Container, reached []Reached, alloc map[string][]string) []Finding {
@@ -104,7 +168,7 @@ func (v *Verifier) judge(c Container, reached []Reached, alloc map[string][]stri
 		if allowed[r.UUID] {
 			continue
 		}
-		f := Finding{Container: c, GPU: r, SeenBy: "device-node", Allocated: sortedKeys(allowed)}
+		f := Finding{Container: c, GPU: r, SeenBy: r.SeenBy, Allocated: sortedKeys(allowed)}
 		if v.Exempt != nil {
 			f.Exempt = v.Exempt(c.Key.Namespace)
 		}

@@ -85,7 +85,7 @@ func TestReachableGPUsMatchesNumbersNotNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Reached{{"GPU-0", "/dev/nvidia0"}, {"GPU-1", "/dev/shm/hidden"}, {"GPU-2", "/dev/renamed"}}
+	want := []Reached{{UUID: "GPU-0", Path: "/dev/nvidia0"}, {UUID: "GPU-1", Path: "/dev/shm/hidden"}, {UUID: "GPU-2", Path: "/dev/renamed"}}
 	if !slices.Equal(got, want) {
 		t.Errorf("reached %v, want %v", got, want)
 	}
@@ -201,9 +201,9 @@ func TestReporter(t *testing.T) {
 	leak := Container{ID: "c1", PodUID: "u1", Key: key("team-a", "leak", "main")}
 	operator := Container{ID: "c2", PodUID: "u2", Key: key("gpu-operator", "dcgm", "exporter")}
 	pass := Pass{Containers: 3, Findings: []Finding{
-		{Container: leak, GPU: Reached{"GPU-0", "/dev/nvidia0"}, SeenBy: "device-node"},
-		{Container: leak, GPU: Reached{"GPU-1", "/dev/nvidia1"}, SeenBy: "device-node"},
-		{Container: operator, GPU: Reached{"GPU-0", "/dev/nvidia0"}, SeenBy: "device-node", Exempt: "namespace gpu-operator"},
+		{Container: leak, GPU: Reached{UUID: "GPU-0", Path: "/dev/nvidia0"}, SeenBy: "device-node"},
+		{Container: leak, GPU: Reached{UUID: "GPU-1", Path: "/dev/nvidia1"}, SeenBy: "device-node"},
+		{Container: operator, GPU: Reached{UUID: "GPU-0", Path: "/dev/nvidia0"}, SeenBy: "device-node", Exempt: "namespace gpu-operator"},
 	}}
 	for _, mode := range []string{ModeReport, ModeEnforce} {
 		t.Run(mode, func(t *testing.T) {
