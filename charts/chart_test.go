@@ -781,7 +781,7 @@ func TestRBAC(t *testing.T) {
 			checkGrants(t, "gpuguard-webhook", got["gpuguard-webhook"], want)
 			var agentWant []rbacRule
 			if rc.name != "agent-off" {
-				agentWant = append(agentWant, rbacRule{"cluster", "", "events", "create", ""})
+				agentWant = append(agentWant, rbacRule{"cluster", "", "events", "create", ""}, rbacRule{"cluster", "", "pods", "get", ""})
 				for _, v := range []string{"get", "create", "update"} {
 					agentWant = append(agentWant, rbacRule{"cluster", "openreports.io", "clusterreports", v, ""})
 				}
@@ -1025,7 +1025,7 @@ func TestAgentVerifierModes(t *testing.T) {
 		token        bool
 	}{
 		{"enforce", "agent: {verify: {mode: enforce}}", []string{"cluster /clusterreports create", "cluster /clusterreports get", "cluster /clusterreports update",
-			"cluster /events create", "cluster /pods/eviction create"}, true},
+			"cluster /events create", "cluster /pods get", "cluster /pods/eviction create"}, true},
 		{"off", "agent: {verify: {mode: off}}", nil, false},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {

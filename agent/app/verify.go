@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -89,6 +88,10 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 		Processes: verify.NVMLProcesses{Lib: a.backend.Lib, GPUs: inv.GPUs},
 		Self:      verify.ContainerKey{Namespace: os.Getenv("POD_NAMESPACE"), Pod: os.Getenv("POD_NAME")},
 	}
+	// The policy's exemptions, read again every pass; service accounts of
+	// pods with findings are read from the API server and kept.
+	ex := &verify.Exemptions{Client: a.kube}
+	v.Exempt = ex.Of
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -97,7 +100,7 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
-			err := a.connectVerifier(ctx, v)
+			err := a.connectVerifier(ctx, v, ex)
 			if err == nil {
 				p, perr := v.Check(ctx)
 				rep.Report(ctx, p, perr)
@@ -115,7 +118,7 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 
 // connectVerifier dials what the verifier reads, if not yet connected, and
 // reloads the policy's GPU resources and exemptions.
-func (a *Agent) connectVerifier(ctx context.Context, v *verify.Verifier) error {
+func (a *Agent) connectVerifier(ctx context.Context, v *verify.Verifier, ex *verify.Exemptions) error {
 	pol := config.Default()
 	if a.cfg.PolicyFile != "" {
 		p, err := readPolicy(a.cfg.PolicyFile)
@@ -125,13 +128,7 @@ func (a *Agent) connectVerifier(ctx context.Context, v *verify.Verifier) error {
 		pol = p
 	}
 	v.IsGPUResource = pol.Spec.IsGPUResource
-	exempt := slices.Concat(pol.Spec.Exemptions.Namespaces, a.cfg.VerifyExemptNamespaces)
-	v.Exempt = func(ns string) string {
-		if slices.Contains(exempt, ns) {
-			return "namespace " + ns
-		}
-		return ""
-	}
+	ex.Set(pol, a.cfg.VerifyExemptNamespaces)
 	if v.Allocations == nil {
 		pr, err := verify.DialPodResources(a.cfg.PodResourcesSocket)
 		if err != nil {

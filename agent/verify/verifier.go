@@ -64,8 +64,8 @@ type Verifier struct {
 	IsGPUResource func(string) bool
 	// ProcRoot is the host's /proc (the agent needs the host PID namespace).
 	ProcRoot string
-	// Exempt names the exemption covering a pod's namespace, or "".
-	Exempt func(namespace string) string
+	// Exempt names the policy exemption covering a container's pod, or "".
+	Exempt func(ctx context.Context, c Container) string
 	// Self is the agent's own pod, whose containers are understood, not judged.
 	Self ContainerKey
 	// Processes, when set, adds NVML's view: a container whose process runs
@@ -106,7 +106,7 @@ func (v *Verifier) Check(ctx context.Context) (Pass, error) {
 		p.ProcessesErr = v.addProcesses(containers, reached)
 	}
 	for _, c := range containers {
-		p.Findings = append(p.Findings, v.judge(c, reached[c.ID], allocs[c.Key])...)
+		p.Findings = append(p.Findings, v.judge(ctx, c, reached[c.ID], allocs[c.Key])...)
 	}
 	return p, nil
 }
@@ -158,7 +158,7 @@ func addSeen(list []Reached, r Reached, how string) []Reached {
 	return append(list, r)
 }
 
-func (v *Verifier) judge(c Container, reached []Reached, alloc map[string][]string) []Finding {
+func (v *Verifier) judge(ctx context.Context, c Container, reached []Reached, alloc map[string][]string) []Finding {
 	if len(reached) == 0 {
 		return nil
 	}
@@ -170,7 +170,7 @@ func (v *Verifier) judge(c Container, reached []Reached, alloc map[string][]stri
 		}
 		f := Finding{Container: c, GPU: r, SeenBy: r.SeenBy, Allocated: sortedKeys(allowed)}
 		if v.Exempt != nil {
-			f.Exempt = v.Exempt(c.Key.Namespace)
+			f.Exempt = v.Exempt(ctx, c)
 		}
 		out = append(out, f)
 	}

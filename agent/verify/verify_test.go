@@ -144,12 +144,7 @@ func TestCheckComparesReachWithAllocation(t *testing.T) {
 	pol := config.Default()
 	v := &Verifier{Containers: containers, Allocations: allocs, Table: NewDeviceTable(inv), Resolver: NewGPUResolver(inv),
 		IsGPUResource: pol.Spec.IsGPUResource, ProcRoot: n.procRoot, Self: self,
-		Exempt: func(ns string) string {
-			if ns == "gpu-operator" {
-				return "namespace " + ns
-			}
-			return ""
-		}}
+		Exempt: (&Exemptions{Namespaces: []string{"gpu-operator"}}).Of}
 	p, err := v.Check(context.Background())
 	if err != nil {
 		t.Fatal(err)
