@@ -80,8 +80,12 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 	if a.reports != nil {
 		rep.Node = &verify.NodeReport{Client: a.reports, Node: a.cfg.NodeName}
 	}
+	table := verify.NewDeviceTable(inv)
+	if err := table.AddMIGCaps(a.cfg.ProcRoot, inv); err != nil {
+		a.log.Error(err, "cannot map MIG capability nodes; MIG devices are judged by their parent GPU's node")
+	}
 	v := &verify.Verifier{
-		Table: verify.NewDeviceTable(inv), Resolver: verify.NewGPUResolver(inv),
+		Table: table, Resolver: verify.NewGPUResolver(inv),
 		ProcRoot: a.cfg.ProcRoot,
 		// NVML's process view: what each GPU has running, mapped to containers
 		// by cgroup.

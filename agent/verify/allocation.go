@@ -87,21 +87,27 @@ func (p *PodResources) Allocations(ctx context.Context) (Allocations, error) {
 
 // GPUResolver turns the device IDs of an allocation into the UUIDs of the
 // GPUs whose device nodes they open: a full GPU's UUID or index, a MIG
-// device's UUID or "<gpu>:<mig>" index (its parent's node), a shared
+// device's UUID (its parent's node and its own capability nodes) or
+// "<gpu>:<mig>" index (its parent's node), a shared
 // replica's "<id>::<n>", and a DRA device named after one of those.
 type GPUResolver struct {
 	byID map[string]string
+	// mig maps "<parent UUID>/<MIG UUID>" to the MIG UUID, for IDs that name a
+	// MIG device, so that its capability nodes are allowed too.
+	mig map[string]string
 }
 
 // NewGPUResolver indexes the inventory.
 func NewGPUResolver(inv *discovery.Inventory) *GPUResolver {
-	r := &GPUResolver{byID: map[string]string{}}
+	r := &GPUResolver{byID: map[string]string{}, mig: map[string]string{}}
 	for _, g := range inv.GPUs {
 		r.byID[g.UUID] = g.UUID
 		r.byID[strconv.Itoa(g.Index)] = g.UUID
 		for _, m := range g.MIG {
 			r.byID[m.UUID] = g.UUID
 			r.byID[m.IndexID()] = g.UUID
+			r.mig[g.UUID+"/"+m.UUID] = m.UUID
+			r.mig[g.UUID+"/"+m.IndexID()] = m.UUID
 		}
 	}
 	return r
@@ -120,6 +126,9 @@ func (r *GPUResolver) GPUs(byResource map[string][]string, isGPU func(string) bo
 			id, _, _ = strings.Cut(id, "::")
 			if uuid, ok := r.byID[id]; ok {
 				out[uuid] = true
+				if mig, ok := r.mig[uuid+"/"+id]; ok {
+					out[mig] = true
+				}
 			} else if dra {
 				if uuid, ok := r.byDRAName(id); ok {
 					out[uuid] = true

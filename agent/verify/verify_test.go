@@ -27,7 +27,8 @@ func testInventory() *discovery.Inventory {
 		inv.GPUs = append(inv.GPUs, discovery.GPU{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%d", i)})
 	}
 	inv.GPUs[3].MIGEnabled = true
-	inv.GPUs[3].MIG = []discovery.MIGDevice{{ParentIndex: 3, ParentUUID: "GPU-3", Index: 0, UUID: "MIG-3a"}, {ParentIndex: 3, ParentUUID: "GPU-3", Index: 1, UUID: "MIG-3b"}}
+	inv.GPUs[3].MIG = []discovery.MIGDevice{{ParentIndex: 3, ParentUUID: "GPU-3", Index: 0, UUID: "MIG-3a", GPUInstanceID: 1},
+		{ParentIndex: 3, ParentUUID: "GPU-3", Index: 1, UUID: "MIG-3b", GPUInstanceID: 2}}
 	return inv
 }
 
