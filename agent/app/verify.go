@@ -103,8 +103,9 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 		a.log.Info("node verifier on", "mode", a.cfg.Verify, "interval", interval.String())
 		t := time.NewTicker(interval)
 		defer t.Stop()
+		wake := make(chan struct{}, 1)
 		for {
-			err := a.connectVerifier(ctx, v, ex)
+			err := a.connectVerifier(ctx, v, ex, wake)
 			if err == nil {
 				p, perr := v.Check(ctx)
 				rep.Report(ctx, p, perr)
@@ -115,14 +116,24 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			case <-wake:
 			}
 		}
 	}()
 }
 
+// watchStarts passes container start events on to the verifier's loop for as
+// long as the runtime streams them.
+func (a *Agent) watchStarts(ctx context.Context, cri *verify.CRI, wake chan<- struct{}) {
+	err := cri.WatchStarts(ctx, wake)
+	if ctx.Err() == nil {
+		a.log.Info("no container start events from the runtime; the verifier looks every interval only", "reason", fmt.Sprint(err))
+	}
+}
+
 // connectVerifier dials what the verifier reads, if not yet connected, and
 // reloads the policy's GPU resources and exemptions.
-func (a *Agent) connectVerifier(ctx context.Context, v *verify.Verifier, ex *verify.Exemptions) error {
+func (a *Agent) connectVerifier(ctx context.Context, v *verify.Verifier, ex *verify.Exemptions, wake chan<- struct{}) error {
 	pol := config.Default()
 	if a.cfg.PolicyFile != "" {
 		p, err := readPolicy(a.cfg.PolicyFile)
@@ -154,6 +165,7 @@ func (a *Agent) connectVerifier(ctx context.Context, v *verify.Verifier, ex *ver
 			return err
 		}
 		v.Containers = cri
+		go a.watchStarts(ctx, cri, wake)
 	}
 	return nil
 }

@@ -88,6 +88,7 @@ func (c *CRI) Running(ctx context.Context) ([]Container, error) {
 	}
 	live := make(map[string]bool, len(list))
 	var out []Container
+	var pidErr error
 	for _, ct := range list {
 		l := ct.GetLabels()
 		if l[labelPodName] == "" || l[labelContainerName] == "" {
@@ -96,12 +97,18 @@ func (c *CRI) Running(ctx context.Context) ([]Container, error) {
 		live[ct.GetId()] = true
 		pid, err := c.pid(ctx, ct.GetId())
 		if err != nil {
-			continue // stopped meanwhile; the next pass sees it gone
+			pidErr = err // stopped meanwhile, most likely; the next pass sees it gone
+			continue
 		}
 		out = append(out, Container{ID: ct.GetId(), PID: pid, PodUID: l[labelPodUID],
 			Key: ContainerKey{Namespace: l[labelPodNamespace], Pod: l[labelPodName], Container: l[labelContainerName]}})
 	}
 	c.forget(live)
+	// Not one PID: a runtime whose status the agent cannot read would
+	// otherwise look like a node with nothing running.
+	if len(out) == 0 && pidErr != nil {
+		return nil, fmt.Errorf("no running container's PID could be read from the runtime: %w", pidErr)
+	}
 	return out, nil
 }
 
@@ -161,4 +168,32 @@ func (c *CRI) Close() error {
 		return closer.Close(context.Background())
 	}
 	return nil
+}
+
+// WatchStarts wakes the verifier (a non-blocking send on wake) whenever the
+// runtime reports a container started, so that a new container is looked at
+// at once rather than at the next interval. It returns when ctx ends or the
+// runtime ends the stream; a runtime without container events (CRI-O before
+// evented PLEG, older containerd) answers at once with Unimplemented, and the
+// interval alone drives the verifier then.
+func (c *CRI) WatchStarts(ctx context.Context, wake chan<- struct{}) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events := make(chan *runtimeapi.ContainerEventResponse, 64)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e := <-events:
+				if e.GetContainerEventType() == runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT {
+					select {
+					case wake <- struct{}{}:
+					default: // a pass is due already
+					}
+				}
+			}
+		}
+	}()
+	return c.rs.GetContainerEvents(ctx, events, nil)
 }

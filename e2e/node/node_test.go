@@ -55,6 +55,7 @@ func TestNode(t *testing.T) {
 		t.Run("with gpuguard NVIDIA_VISIBLE_DEVICES=all is denied", testEnvAllDenied)
 		t.Run("the kubelet's status reports never reach the webhook", testStatusReportsNotSent)
 		t.Run("envvar: a GPU pod sees its device only", testAllocation)
+		t.Run("envvar: the verifier finds nothing on GPU pods using their own GPUs", testVerifierQuiet)
 		t.Run("widening a GPU pod's allocation is denied", testWideningDenied)
 		t.Run("hardening report says not hardened", testReportNotHardened)
 		apply(t, typicalEnforcing)
@@ -63,6 +64,7 @@ func TestNode(t *testing.T) {
 	t.Run("hardened node", func(t *testing.T) {
 		apply(t, hardenedMount)
 		t.Run("volume-mounts: a GPU pod sees its device only", testVolumeMountAllocation)
+		t.Run("volume-mounts: the verifier finds nothing on GPU pods using their own GPUs", testVerifierQuiet)
 		t.Run("env alone grants nothing, even without admission", testHardenedEnvIgnored)
 		t.Run("a CDI pod annotation grants nothing without passthrough", testAnnotationNotPassed)
 		t.Run("hardening report says hardened", testReportHardened)
@@ -70,6 +72,7 @@ func TestNode(t *testing.T) {
 		t.Run("cdi-annotations: a GPU pod sees its device only", testAllocation)
 		apply(t, hardenedCDI)
 		t.Run("cdi-cri: a GPU pod sees its device only", testAllocation)
+		t.Run("cdi-cri: the verifier finds nothing on GPU pods using their own GPUs", testVerifierQuiet)
 		t.Run("after a kubelet restart the agent registers again", testKubeletRestart)
 		apply(t, ownCDISpec)
 		t.Run("cdi-cri with the agent's own CDI spec: a GPU pod sees its device only", testOwnCDISpecAllocation)

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -101,11 +102,42 @@ func expectClusterReport(t *testing.T, p *corev1.Pod, n int) {
 	}
 }
 
+// testVerifierQuiet: GPU pods keeping to their allocation, one GPU and two,
+// produce no finding over two whole passes of the verifier.
+func testVerifierQuiet(t *testing.T) {
+	ctx := context.Background()
+	two := gpuPod("verify-two")
+	q := resource.MustParse("2")
+	two.Spec.Containers[0].Resources.Limits[gpuResource] = q
+	two.Spec.Containers[0].Resources.Requests[gpuResource] = q
+	pods := []*corev1.Pod{startHeld(t, tenantNS, gpuPod("verify-one")), startHeld(t, tenantNS, two)}
+	waitPasses(t, 2)
+	m, err := s.node.AgentMetrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if v, ok := m[findingSeries(p)]; ok {
+			t.Errorf("%s, using its own allocation, was reported reaching %v GPUs it was not allocated", p.Name, v)
+		}
+	}
+	if m[`gpuguard_agent_verify_containers`] < 2 {
+		t.Errorf("the verifier looked at %v containers, want at least the 2 GPU pods", m[`gpuguard_agent_verify_containers`])
+	}
+}
+
 // testVerifierEnforceEvicts: in enforce mode the leaking pod is evicted.
 func testVerifierEnforceEvicts(t *testing.T) {
 	ctx := context.Background()
-	leaking := startHeld(t, exemptNS, envLeak())
+	// Not waited for as running: on a container start event the verifier may
+	// evict it before a poll sees it run.
+	leaking := envLeak()
+	leaking.Spec.Containers[0].Env = append(leaking.Spec.Containers[0].Env, corev1.EnvVar{Name: "PROBE_HOLD", Value: "1"})
 	pods := s.cp.Client.CoreV1().Pods(exemptNS)
+	if _, err := pods.Create(ctx, leaking, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.node.DeletePod(ctx, exemptNS, leaking.Name) })
 	err := framework.Poll(ctx, verifyDeadline, func() (bool, error) {
 		p, err := pods.Get(ctx, leaking.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
