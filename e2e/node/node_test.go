@@ -65,6 +65,7 @@ func TestNode(t *testing.T) {
 		apply(t, hardenedMount)
 		t.Run("volume-mounts: a GPU pod sees its device only", testVolumeMountAllocation)
 		t.Run("volume-mounts: the verifier finds nothing on GPU pods using their own GPUs", testVerifierQuiet)
+		t.Run("volume-mounts: the verifier finds a forged device-list mount admission does not guard", testVerifierFinds(exemptNS, mountLeak))
 		t.Run("env alone grants nothing, even without admission", testHardenedEnvIgnored)
 		t.Run("a CDI pod annotation grants nothing without passthrough", testAnnotationNotPassed)
 		t.Run("hardening report says hardened", testReportHardened)

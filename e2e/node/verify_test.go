@@ -33,6 +33,16 @@ func cdiLeak() *corev1.Pod {
 	return withAnnotation(probePod("verify-cdi-leak"), cdiAllAnnotation, cdiAll)
 }
 
+// mountLeak is a pod without a GPU limit that forges a volume-mount device
+// list entry for every GPU: /dev/null mounted under the device-list root.
+func mountLeak() *corev1.Pod {
+	p := probePod("verify-mount-leak")
+	charDev := corev1.HostPathCharDev
+	p.Spec.Volumes = []corev1.Volume{{Name: "all", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev/null", Type: &charDev}}}}
+	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "all", MountPath: "/var/run/nvidia-container-devices/all"}}
+	return p
+}
+
 // testVerifierFinds runs a leaking pod in ns, where admission does not stop
 // it, beside a GPU pod that keeps to its allocation. The verifier must find
 // the leaking pod within verifyDeadline, naming every GPU it reaches, with an
