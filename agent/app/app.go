@@ -21,6 +21,7 @@ import (
 	"github.com/gpuguard/gpuguard/agent/plugin"
 	"github.com/gpuguard/gpuguard/agent/strategy"
 	"github.com/gpuguard/gpuguard/agent/verify"
+	"github.com/gpuguard/gpuguard/config"
 )
 
 // ConfigError is a configuration the agent refuses to run with.
@@ -46,6 +47,11 @@ type Agent struct {
 	nodeLabels *labelPublisher
 	// kube records the verifier's Events and evictions; nil without API access.
 	kube kubernetes.Interface
+	// lastPolicy is the last policy the verifier could read; policyErr the
+	// last problem with the file, logged once.
+	policyMu   sync.Mutex
+	lastPolicy *config.Policy
+	policyErr  string
 	// reports writes the node's ClusterReport; nil unless --reports.
 	reports       dynamic.Interface
 	verifyMetrics *verify.Metrics

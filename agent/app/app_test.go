@@ -381,7 +381,6 @@ func TestBadFlags(t *testing.T) {
 		"retry":           func(c *Config) { c.RetryInterval = "soon" },
 		"verify mode":     func(c *Config) { c.Verify = "audit" },
 		"verify interval": func(c *Config) { c.VerifyInterval = "10ms" },
-		"verify policy":   func(c *Config) { c.PolicyFile = "/nonexistent/policy.yaml" },
 		// Enforcing evicts through the API server, which this agent has no access to.
 		"verify enforce without API access": func(c *Config) { c.Verify = "enforce" },
 		"reports without API access":        func(c *Config) { c.Reports = true },
@@ -512,5 +511,34 @@ func TestReportOnlyWithoutKubeletDir(t *testing.T) {
 	}
 	if err := r.agent.Healthy(); err != nil {
 		t.Errorf("report-only agent unhealthy: %v", err)
+	}
+}
+
+// TestVerifierKeepsTheLastGoodPolicy: a policy file that is missing, has a
+// typo or a newer gpuguard's field never stops the agent; the verifier keeps
+// the last policy it could read, the built-in one before any.
+func TestVerifierKeepsTheLastGoodPolicy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	cfg := testConfig(t, "/nonexistent", "hardened")
+	cfg.PolicyFile = path
+	a, err := New(cfg, logr.Discard(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatalf("a missing policy file stopped the agent: %v", err)
+	}
+	if p := a.verifierPolicy(); !p.Spec.IsGPUResource("nvidia.com/gpu") {
+		t.Error("before any policy file, the built-in policy applies")
+	}
+	good := "apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\nspec:\n  gpuResources: [example.com/gpu]\n"
+	if err := os.WriteFile(path, []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p := a.verifierPolicy(); !p.Spec.IsGPUResource("example.com/gpu") {
+		t.Error("the policy file's gpuResources do not apply")
+	}
+	if err := os.WriteFile(path, []byte(good+"  fieldOfANewerRelease: true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p := a.verifierPolicy(); !p.Spec.IsGPUResource("example.com/gpu") || p.Spec.IsGPUResource("nvidia.com/gpu") {
+		t.Error("an unreadable policy did not leave the last good one in force")
 	}
 }

@@ -25,11 +25,9 @@ func validateVerify(c Config) error {
 	if d, err := time.ParseDuration(c.VerifyInterval); err != nil || d < time.Second {
 		return fmt.Errorf("--verify-interval=%s: want a duration of at least 1s", c.VerifyInterval)
 	}
-	if c.PolicyFile != "" {
-		if _, err := readPolicy(c.PolicyFile); err != nil {
-			return err
-		}
-	}
+	// The policy file is not checked here: a policy edit, or one written for a
+	// newer gpuguard, must never keep the agent (and its device plugin) from
+	// starting. The verifier keeps the last policy it could read.
 	return nil
 }
 
@@ -134,14 +132,7 @@ func (a *Agent) watchStarts(ctx context.Context, cri *verify.CRI, wake chan<- st
 // connectVerifier dials what the verifier reads, if not yet connected, and
 // reloads the policy's GPU resources and exemptions.
 func (a *Agent) connectVerifier(ctx context.Context, v *verify.Verifier, ex *verify.Exemptions, wake chan<- struct{}) error {
-	pol := config.Default()
-	if a.cfg.PolicyFile != "" {
-		p, err := readPolicy(a.cfg.PolicyFile)
-		if err != nil {
-			return err
-		}
-		pol = p
-	}
+	pol := a.verifierPolicy()
 	v.IsGPUResource = pol.Spec.IsGPUResource
 	ex.Set(pol, a.cfg.VerifyExemptNamespaces)
 	if v.Allocations == nil {
@@ -191,4 +182,32 @@ func apiClients(cfg Config) (kubernetes.Interface, dynamic.Interface, error) {
 	}
 	dyn, err := dynamic.NewForConfig(rc)
 	return kube, dyn, err
+}
+
+// verifierPolicy is the policy the verifier judges by: the file's, read again
+// every pass, or while it cannot be read or is invalid (a typo, a field of a
+// newer gpuguard, a ConfigMap not created yet) the last one read, and the
+// built-in policy before any. Each new problem is logged once.
+func (a *Agent) verifierPolicy() *config.Policy {
+	if a.cfg.PolicyFile == "" {
+		return config.Default()
+	}
+	p, err := readPolicy(a.cfg.PolicyFile)
+	a.policyMu.Lock()
+	defer a.policyMu.Unlock()
+	if err == nil {
+		if a.policyErr != "" {
+			a.log.Info("the policy file reads again", "file", a.cfg.PolicyFile)
+		}
+		a.lastPolicy, a.policyErr = p, ""
+		return p
+	}
+	if err.Error() != a.policyErr {
+		a.log.Error(err, "cannot use the policy file; the verifier keeps the last policy it read (the built-in one before any)")
+	}
+	a.policyErr = err.Error()
+	if a.lastPolicy != nil {
+		return a.lastPolicy
+	}
+	return config.Default()
 }
