@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -149,12 +150,14 @@ func (a *auditSync) writeReports(ctx context.Context, want map[string]*openrepor
 			}
 		}
 	}
+	// One namespace's failure does not keep the others' reports stale.
+	var errs []error
 	for _, r := range want {
 		if err := a.upsert(ctx, r); err != nil {
-			return fmt.Errorf("writing report %s/%s: %w", r.Namespace, r.Name, err)
+			errs = append(errs, fmt.Errorf("writing report %s/%s: %w", r.Namespace, r.Name, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func (a *auditSync) upsert(ctx context.Context, r *openreports.Report) error {

@@ -55,6 +55,7 @@ type Config struct {
 	PolicyFile             string
 	Kubeconfig             string
 	Reports                bool
+	VerifyContainerEvents  bool
 }
 
 // DefaultConfig has the flags' defaults.
@@ -77,6 +78,11 @@ func DefaultConfig() Config {
 		VerifyInterval:     "10s",
 		PodResourcesSocket: verify.DefaultPodResourcesSocket,
 		ProcRoot:           "/proc",
+		// containerd before 2.0 (containerd#7318, fixed by #9661) and CRI-O
+		// (cri-o#6466) hand each container event to one subscriber only:
+		// where the kubelet runs Evented PLEG (alpha, off by default) on
+		// them, turn this off so that the kubelet misses none.
+		VerifyContainerEvents: true,
 	}
 }
 
@@ -109,6 +115,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", c.PodResourcesSocket, "the kubelet's PodResources socket")
 	fs.StringVar(&c.ProcRoot, "proc-root", c.ProcRoot, "the host's /proc (the agent needs the host's PID namespace to see containers' roots)")
 	fs.StringVar(&c.PolicyFile, "policy-file", c.PolicyFile, "gpuguard policy document (the chart mounts the policy ConfigMap): its gpuResources and exempt namespaces; default: the built-in policy")
+	fs.BoolVar(&c.VerifyContainerEvents, "verify-container-events", c.VerifyContainerEvents, "look at a container as soon as the runtime reports it started (the CRI event stream); turn off where the kubelet runs Evented PLEG on containerd before 2.0 or on CRI-O, which hand each event to one subscriber")
 	fs.BoolVar(&c.Reports, "reports", c.Reports, "also keep the verifier's findings in an OpenReports ClusterReport, gpuguard-node-<node> (needs its CRD)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig for Events and evictions (default: the pod's service account in a cluster; none outside one)")
 	fs.BoolVar(&c.PublishNodeLabels, "publish-node-labels", c.PublishNodeLabels, "label this node with the hardening report (gpuguard.io/hardened, gpuguard.io/check.*); needs $NODE_NAME or --node-name, and RBAC to get and patch nodes")

@@ -6,6 +6,8 @@ import (
 	"os"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -120,12 +122,24 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 	}()
 }
 
-// watchStarts passes container start events on to the verifier's loop for as
-// long as the runtime streams them.
+// watchStarts passes container start events on to the verifier's loop, and
+// subscribes again after the runtime restarts; a runtime without the events
+// (Unimplemented) leaves the interval alone.
 func (a *Agent) watchStarts(ctx context.Context, cri *verify.CRI, wake chan<- struct{}) {
-	err := cri.WatchStarts(ctx, wake)
-	if ctx.Err() == nil {
-		a.log.Info("no container start events from the runtime; the verifier looks every interval only", "reason", fmt.Sprint(err))
+	for ctx.Err() == nil {
+		err := cri.WatchStarts(ctx, wake)
+		if ctx.Err() != nil {
+			return
+		}
+		if status.Code(err) == codes.Unimplemented {
+			a.log.Info("the runtime has no container events; the verifier looks every interval only")
+			return
+		}
+		a.log.Info("container event stream ended; subscribing again", "reason", fmt.Sprint(err))
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+		}
 	}
 }
 
@@ -156,7 +170,9 @@ func (a *Agent) connectVerifier(ctx context.Context, v *verify.Verifier, ex *ver
 			return err
 		}
 		v.Containers = cri
-		go a.watchStarts(ctx, cri, wake)
+		if a.cfg.VerifyContainerEvents {
+			go a.watchStarts(ctx, cri, wake)
+		}
 	}
 	return nil
 }

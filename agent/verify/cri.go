@@ -180,10 +180,13 @@ func (c *CRI) WatchStarts(ctx context.Context, wake chan<- struct{}) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events := make(chan *runtimeapi.ContainerEventResponse, 64)
+	// The reader drains until the stream has ended, so that the library's
+	// blocking send never outlives it.
+	ended := make(chan struct{})
 	go func() {
 		for {
 			select {
-			case <-ctx.Done():
+			case <-ended:
 				return
 			case e := <-events:
 				if e.GetContainerEventType() == runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT {
@@ -195,5 +198,7 @@ func (c *CRI) WatchStarts(ctx context.Context, wake chan<- struct{}) error {
 			}
 		}
 	}()
-	return c.rs.GetContainerEvents(ctx, events, nil)
+	err := c.rs.GetContainerEvents(ctx, events, nil)
+	close(ended)
+	return err
 }

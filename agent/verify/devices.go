@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,10 +17,13 @@ import (
 // GPU nodes: /dev/nvidia<minor> is 195:<minor>, whatever its name.
 const NVIDIAMajor = 195
 
-// devWalkDepth bounds how deep under a container's /dev the walk goes: the
-// runtime puts device nodes at its top or one directory down (nvidia-caps,
-// dri), and a container must not make a pass slow by nesting directories.
-const devWalkDepth = 8
+// devWalkEntries bounds the walk of one container's /dev, at any depth: a
+// container must not make a pass slow by filling its /dev. One that holds
+// more is not verifiable, and is reported so, never passed over silently.
+const devWalkEntries = 10000
+
+// ErrTooManyDevEntries is a container /dev too large to walk.
+var ErrTooManyDevEntries = errors.New("more than 10000 entries under /dev")
 
 // DeviceTable maps device numbers to the GPUs they open. It is built from the
 // inventory NVML reports, so a device node is matched by its numbers, not its
@@ -50,6 +54,7 @@ type Reached struct {
 func (t *DeviceTable) ReachableGPUs(root string) ([]Reached, error) {
 	devDir := filepath.Join(root, "dev")
 	seen := map[string]Reached{}
+	entries := 0
 	err := filepath.WalkDir(devDir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if path == devDir {
@@ -57,10 +62,10 @@ func (t *DeviceTable) ReachableGPUs(root string) ([]Reached, error) {
 			}
 			return nil // a node that vanished, or a directory it may not read
 		}
+		if entries++; entries > devWalkEntries {
+			return ErrTooManyDevEntries
+		}
 		if d.IsDir() {
-			if depth(devDir, path) >= devWalkDepth {
-				return fs.SkipDir
-			}
 			return nil
 		}
 		if d.Type()&fs.ModeCharDevice == 0 {
@@ -96,18 +101,4 @@ func (t *DeviceTable) lookup(path string) (string, bool) {
 	}
 	uuid, ok := t.byDev[uint64(st.Rdev)]
 	return uuid, ok
-}
-
-func depth(base, path string) int {
-	rel, err := filepath.Rel(base, path)
-	if err != nil || rel == "." {
-		return 0
-	}
-	n := 1
-	for _, c := range rel {
-		if c == filepath.Separator {
-			n++
-		}
-	}
-	return n
 }

@@ -14,6 +14,7 @@ type Metrics struct {
 	Passes      *prometheus.CounterVec
 	Containers  prometheus.Gauge
 	Evictions   *prometheus.CounterVec
+	Unverified  *prometheus.GaugeVec
 }
 
 // NewMetrics registers the verifier's metrics.
@@ -36,7 +37,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Pods the verifier evicted in enforce mode, by result (evicted, refused, error).",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(m.Unallocated, m.Passes, m.Containers, m.Evictions)
+	m.Unverified = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gpuguard_agent_verify_unverified_containers",
+		Help: "Running containers the last pass could not look into, by reason: gone (ended meanwhile, or a root the agent may not read) or dev-too-large (more than 10000 entries under /dev).",
+	}, []string{"reason"})
+	reg.MustRegister(m.Unallocated, m.Passes, m.Containers, m.Evictions, m.Unverified)
 	return m
 }
 

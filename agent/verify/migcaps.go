@@ -31,7 +31,10 @@ func (t *DeviceTable) AddMIGCaps(procRoot string, inv *discovery.Inventory) erro
 		for _, m := range g.MIG {
 			gi := filepath.Join(procRoot, "driver", "nvidia", "capabilities", fmt.Sprintf("gpu%d", g.Minor), "mig", fmt.Sprintf("gi%d", m.GPUInstanceID))
 			ci := filepath.Join(gi, fmt.Sprintf("ci%d", m.ComputeInstanceID))
-			for _, access := range []string{filepath.Join(ci, "access"), filepath.Join(gi, "access")} {
+			// The compute instance's capability names the MIG device. The GPU
+			// instance's is shared by its compute instances: it counts as the
+			// parent GPU, which any MIG allocation on that GPU allows.
+			for access, uuid := range map[string]string{filepath.Join(ci, "access"): m.UUID, filepath.Join(gi, "access"): g.UUID} {
 				minor, err := capMinor(access)
 				if errors.Is(err, os.ErrNotExist) {
 					continue
@@ -39,12 +42,7 @@ func (t *DeviceTable) AddMIGCaps(procRoot string, inv *discovery.Inventory) erro
 				if err != nil {
 					return err
 				}
-				// A GPU instance with several compute instances: its
-				// capability names the first MIG device seen on it.
-				dev := unix.Mkdev(uint32(major), uint32(minor))
-				if _, taken := t.byDev[dev]; !taken {
-					t.byDev[dev] = m.UUID
-				}
+				t.byDev[unix.Mkdev(uint32(major), uint32(minor))] = uuid
 			}
 		}
 	}

@@ -36,8 +36,9 @@ func fakeDriverProc(t *testing.T, procRoot string) {
 
 // TestMIGCapabilitiesNameTheMIGDevice: a container allocated one MIG device
 // reaches its parent's node and its own capabilities, and nothing is found; a
-// container that also reaches another MIG device's capability on the same
-// GPU is found with that MIG device.
+// container that also reaches another MIG device's compute instance
+// capability on the same GPU is found with that MIG device. A GPU instance's
+// capability, shared by its compute instances, counts as the parent GPU.
 func TestMIGCapabilitiesNameTheMIGDevice(t *testing.T) {
 	n := newNode(t)
 	fakeDriverProc(t, n.procRoot)
@@ -68,7 +69,7 @@ func TestMIGCapabilitiesNameTheMIGDevice(t *testing.T) {
 	for _, f := range p.Findings {
 		got = append(got, f.Container.ID+":"+f.GPU.UUID+":"+f.GPU.Path)
 	}
-	if want := []string{"wide:MIG-3b:/dev/nvidia-caps/nvidia-cap39"}; !slices.Equal(got, want) {
+	if want := []string{"wide:MIG-3b:/dev/nvidia-caps/nvidia-cap40"}; !slices.Equal(got, want) {
 		t.Errorf("findings %v, want %v", got, want)
 	}
 }

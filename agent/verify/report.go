@@ -39,6 +39,9 @@ type Reporter struct {
 	lastReportErr string
 	// lastProcessesErr is the last NVML process view error logged.
 	lastProcessesErr string
+	// evicted holds the UIDs of pods already evicted: a terminating pod is not
+	// evicted again every pass (a DaemonSet's replacement has a new UID).
+	evicted map[string]bool
 }
 
 // Report takes one pass (or the error that stopped it).
@@ -56,6 +59,14 @@ func (r *Reporter) Report(ctx context.Context, p Pass, err error) {
 		r.lastErr = ""
 	}
 	r.Metrics.Passes.WithLabelValues("ok").Inc()
+	r.Metrics.Unverified.WithLabelValues("gone").Set(float64(p.Skipped))
+	r.Metrics.Unverified.WithLabelValues("dev-too-large").Set(float64(len(p.Unverifiable)))
+	for _, c := range p.Unverifiable {
+		if !r.reported[c.ID+"/unverifiable"] {
+			r.Log.Info("FINDING: container cannot be verified: its /dev holds more than 10000 entries", "namespace", c.Key.Namespace,
+				"pod", c.Key.Pod, "container", c.Key.Container, "containerID", c.ID)
+		}
+	}
 	if p.ProcessesErr != nil && p.ProcessesErr.Error() != r.lastProcessesErr {
 		r.Log.Error(p.ProcessesErr, "NVML's process view is unavailable; judging by device nodes alone")
 	}
@@ -66,7 +77,10 @@ func (r *Reporter) Report(ctx context.Context, p Pass, err error) {
 	r.Metrics.Containers.Set(float64(p.Containers))
 	r.Metrics.setFindings(p.Findings)
 	live := map[string]bool{}
-	evicted := map[string]bool{}
+	if r.evicted == nil {
+		r.evicted = map[string]bool{}
+	}
+	running := map[string]bool{}
 	var fresh []Finding // new findings, one container's after another
 	for _, f := range p.Findings {
 		key := f.Container.ID + "/" + f.GPU.UUID
@@ -77,10 +91,18 @@ func (r *Reporter) Report(ctx context.Context, p Pass, err error) {
 				fresh = append(fresh, f)
 			}
 		}
-		if f.Exempt == "" && r.Mode == ModeEnforce && !evicted[f.Container.PodUID] && r.Actions != nil {
-			evicted[f.Container.PodUID] = true
-			r.evict(ctx, f)
+		running[f.Container.PodUID] = true
+		if f.Exempt == "" && r.Mode == ModeEnforce && !r.evicted[f.Container.PodUID] && r.Actions != nil {
+			r.evicted[f.Container.PodUID] = r.evict(ctx, f)
 		}
+	}
+	for uid := range r.evicted {
+		if !running[uid] {
+			delete(r.evicted, uid)
+		}
+	}
+	for _, c := range p.Unverifiable {
+		live[c.ID+"/unverifiable"] = true
 	}
 	r.reported = live
 	r.recordEvents(ctx, fresh)
@@ -124,20 +146,24 @@ func (r *Reporter) logFinding(f Finding) {
 	r.Log.Info("FINDING: container reaches a GPU it was not allocated", append(kv, "mode", r.Mode)...)
 }
 
-func (r *Reporter) evict(ctx context.Context, f Finding) {
+// evict evicts the finding's pod and reports whether it was: a refused or
+// failed eviction is tried again next pass.
+func (r *Reporter) evict(ctx context.Context, f Finding) bool {
 	k := f.Container.Key
 	refused, err := r.Actions.Evict(ctx, f)
 	switch {
 	case err != nil:
 		r.Metrics.Evictions.WithLabelValues("error").Inc()
 		r.Log.Error(err, "cannot evict a pod that reaches a GPU it was not allocated", "namespace", k.Namespace, "pod", k.Pod)
+		return false
 	case refused:
 		r.Metrics.Evictions.WithLabelValues("refused").Inc()
 		r.Log.Info("eviction refused (a PodDisruptionBudget holds the pod); trying again next pass", "namespace", k.Namespace, "pod", k.Pod)
-	default:
-		r.Metrics.Evictions.WithLabelValues("evicted").Inc()
-		r.Log.Info("evicted a pod that reaches a GPU it was not allocated", "namespace", k.Namespace, "pod", k.Pod, "gpu", f.GPU.UUID)
+		return false
 	}
+	r.Metrics.Evictions.WithLabelValues("evicted").Inc()
+	r.Log.Info("evicted a pod that reaches a GPU it was not allocated", "namespace", k.Namespace, "pod", k.Pod, "gpu", f.GPU.UUID)
+	return true
 }
 
 // Message is the human sentence of one container's findings, for Events.

@@ -48,6 +48,9 @@ type Pass struct {
 	Findings   []Finding
 	// Skipped are containers whose root could not be read (gone meanwhile).
 	Skipped int
+	// Unverifiable are containers whose /dev is too large to walk: reported,
+	// never passed over silently.
+	Unverifiable []Container
 	// ProcessesErr is why NVML's process view is missing from this pass; the
 	// device-node view stands alone then.
 	ProcessesErr error
@@ -93,6 +96,10 @@ func (v *Verifier) Check(ctx context.Context) (Pass, error) {
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
 				p.Skipped++
+				continue
+			}
+			if errors.Is(err, ErrTooManyDevEntries) {
+				p.Unverifiable = append(p.Unverifiable, c)
 				continue
 			}
 			return Pass{}, fmt.Errorf("container %s (pid %d): %w", c.Key, c.PID, err)

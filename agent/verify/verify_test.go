@@ -80,13 +80,14 @@ func (n *node) mknod(path string, major, minor uint32) {
 
 func TestReachableGPUsMatchesNumbersNotNames(t *testing.T) {
 	n := newNode(t)
-	pid := n.container(map[string]int{"nvidia0": 0, "renamed": 2, "shm/hidden": 1, "a/b/c/d/e/f/g/h/too-deep": 3})
+	pid := n.container(map[string]int{"nvidia0": 0, "renamed": 2, "shm/hidden": 1, "a/b/c/d/e/f/g/h/i/j/deep": 3})
 	table := NewDeviceTable(testInventory())
 	got, err := table.ReachableGPUs(filepath.Join(n.procRoot, strconv.Itoa(pid), "root"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Reached{{UUID: "GPU-0", Path: "/dev/nvidia0"}, {UUID: "GPU-1", Path: "/dev/shm/hidden"}, {UUID: "GPU-2", Path: "/dev/renamed"}}
+	want := []Reached{{UUID: "GPU-0", Path: "/dev/nvidia0"}, {UUID: "GPU-1", Path: "/dev/shm/hidden"}, {UUID: "GPU-2", Path: "/dev/renamed"},
+		{UUID: "GPU-3", Path: "/dev/a/b/c/d/e/f/g/h/i/j/deep"}}
 	if !slices.Equal(got, want) {
 		t.Errorf("reached %v, want %v", got, want)
 	}
@@ -219,7 +220,7 @@ func TestReporter(t *testing.T) {
 			}
 			wantEvictions := 0
 			if mode == ModeEnforce {
-				wantEvictions = 2 // once per pass while the pod runs
+				wantEvictions = 1 // once: the pod terminating is not evicted again
 			}
 			if len(acts.evictions) != wantEvictions || (wantEvictions > 0 && acts.evictions[0] != leak.Key.String()) {
 				t.Errorf("evictions %v, want %d of %s", acts.evictions, wantEvictions, leak.Key)
@@ -271,5 +272,37 @@ func TestPIDFromInfo(t *testing.T) {
 		if (err == nil) != c.ok || pid != c.pid {
 			t.Errorf("pidFromInfo(%v) = %d, %v; want %d, ok=%v", c.info, pid, err, c.pid, c.ok)
 		}
+	}
+}
+
+// TestAFloodedDevIsReportedNotSkipped: a container that fills its /dev past
+// what a pass walks is reported as not verifiable, never passed over.
+func TestAFloodedDevIsReportedNotSkipped(t *testing.T) {
+	n := newNode(t)
+	pid := n.container(map[string]int{"nvidia1": 1})
+	dev := filepath.Join(n.procRoot, strconv.Itoa(pid), "root", "dev", "flood")
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range devWalkEntries {
+		if err := os.WriteFile(filepath.Join(dev, strconv.Itoa(i)), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inv := testInventory()
+	c := Container{ID: "flood", Key: key("team-a", "flood", "main"), PID: pid}
+	v := &Verifier{Containers: fakeContainers{c}, Allocations: fakeAllocations{}, Table: NewDeviceTable(inv),
+		Resolver: NewGPUResolver(inv), IsGPUResource: config.Default().Spec.IsGPUResource, ProcRoot: n.procRoot}
+	p, err := v.Check(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Unverifiable) != 1 || p.Unverifiable[0].ID != "flood" {
+		t.Errorf("unverifiable %+v, want the flooded container", p.Unverifiable)
+	}
+	r := &Reporter{Mode: ModeReport, Log: logr.Discard(), Metrics: NewMetrics(prometheus.NewRegistry())}
+	r.Report(context.Background(), p, nil)
+	if got := testutil.ToFloat64(r.Metrics.Unverified.WithLabelValues("dev-too-large")); got != 1 {
+		t.Errorf("unverified metric %v, want 1", got)
 	}
 }

@@ -12,13 +12,12 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/pager"
 
 	"github.com/gpuguard/gpuguard/policy"
 )
@@ -56,31 +55,31 @@ type Outcome struct {
 
 // Run lists the objects of the chosen namespaces and judges each.
 func Run(ctx context.Context, c kubernetes.Interface, e *policy.Engine, o Options) (Outcome, error) {
-	objects, err := List(ctx, c, o.Namespace)
-	if err != nil {
-		return Outcome{}, err
-	}
 	labels, err := namespaceLabels(ctx, c)
 	if err != nil {
 		return Outcome{}, err
 	}
 	var out Outcome
-	for _, w := range objects {
+	err = Each(ctx, c, o.Namespace, func(w Object) error {
 		ns := w.Meta.GetNamespace()
 		if slices.Contains(o.Excluded, ns) {
-			continue
+			return nil
 		}
 		if why := LeftOut(w); why != "" {
 			out.Skipped = append(out.Skipped, fmt.Sprintf("%s %s/%s: %s", w.Kind, ns, w.Meta.GetName(), why))
-			continue
+			return nil
 		}
 		r, err := Judge(ctx, e, w, labels[ns], ConfigMaps{c})
 		if err != nil {
-			return Outcome{}, fmt.Errorf("%s %s/%s: %w", w.Kind, ns, w.Meta.GetName(), err)
+			return fmt.Errorf("%s %s/%s: %w", w.Kind, ns, w.Meta.GetName(), err)
 		}
+		// Only the object's identity is kept, not the object: the page it
+		// came in can go.
+		w.Obj, w.Meta = nil, &metav1.ObjectMeta{Name: w.Meta.GetName(), Namespace: ns, UID: w.Meta.GetUID()}
 		out.Judged = append(out.Judged, Judged{Object: w, Result: r})
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // LeftOut says why an object is not judged, or "": a finished pod, and a
@@ -136,53 +135,61 @@ func namespaceLabels(ctx context.Context, c kubernetes.Interface) (map[string]ma
 	return out, nil
 }
 
-// List lists the pods and pod controllers of namespace ("" for all).
-func List(ctx context.Context, c kubernetes.Interface, namespace string) ([]Object, error) {
-	opts := metav1.ListOptions{}
-	var out []Object
-	var errs []error
-	add := func(kind, apiVersion string, err error, objs []runtime.Object) {
-		if err != nil {
-			errs = append(errs, fmt.Errorf("listing %ss: %w", strings.ToLower(kind), err))
-			return
-		}
-		for _, o := range objs {
-			out = append(out, Object{Kind: kind, APIVersion: apiVersion, Obj: o, Meta: o.(metav1.Object)})
-		}
-	}
-	pods, err := c.CoreV1().Pods(namespace).List(ctx, opts)
-	add("Pod", "v1", err, items(pods, func(l *corev1.PodList) []corev1.Pod { return l.Items }))
-	rcs, err := c.CoreV1().ReplicationControllers(namespace).List(ctx, opts)
-	add("ReplicationController", "v1", err, items(rcs, func(l *corev1.ReplicationControllerList) []corev1.ReplicationController { return l.Items }))
-	pts, err := c.CoreV1().PodTemplates(namespace).List(ctx, opts)
-	add("PodTemplate", "v1", err, items(pts, func(l *corev1.PodTemplateList) []corev1.PodTemplate { return l.Items }))
-	deps, err := c.AppsV1().Deployments(namespace).List(ctx, opts)
-	add("Deployment", "apps/v1", err, items(deps, func(l *appsv1.DeploymentList) []appsv1.Deployment { return l.Items }))
-	rss, err := c.AppsV1().ReplicaSets(namespace).List(ctx, opts)
-	add("ReplicaSet", "apps/v1", err, items(rss, func(l *appsv1.ReplicaSetList) []appsv1.ReplicaSet { return l.Items }))
-	sts, err := c.AppsV1().StatefulSets(namespace).List(ctx, opts)
-	add("StatefulSet", "apps/v1", err, items(sts, func(l *appsv1.StatefulSetList) []appsv1.StatefulSet { return l.Items }))
-	dss, err := c.AppsV1().DaemonSets(namespace).List(ctx, opts)
-	add("DaemonSet", "apps/v1", err, items(dss, func(l *appsv1.DaemonSetList) []appsv1.DaemonSet { return l.Items }))
-	jobs, err := c.BatchV1().Jobs(namespace).List(ctx, opts)
-	add("Job", "batch/v1", err, items(jobs, func(l *batchv1.JobList) []batchv1.Job { return l.Items }))
-	cjs, err := c.BatchV1().CronJobs(namespace).List(ctx, opts)
-	add("CronJob", "batch/v1", err, items(cjs, func(l *batchv1.CronJobList) []batchv1.CronJob { return l.Items }))
-	return out, errors.Join(errs...)
+// pageSize bounds what one list call holds in memory: the audit runs inside
+// the webhook, whose memory limit is small, on clusters of any size.
+const pageSize = 500
+
+// lister is one kind's paged list.
+type lister struct {
+	kind, apiVersion string
+	list             func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
 }
 
-// items turns a typed list into objects; a nil list (its List failed) has none.
-func items[L any, T any, PT interface {
-	*T
-	runtime.Object
-}](list *L, of func(*L) []T) []runtime.Object {
-	if list == nil {
-		return nil
+func listers(c kubernetes.Interface, ns string) []lister {
+	return []lister{
+		{"Pod", "v1", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.CoreV1().Pods(ns).List(ctx, o)
+		}},
+		{"ReplicationController", "v1", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.CoreV1().ReplicationControllers(ns).List(ctx, o)
+		}},
+		{"PodTemplate", "v1", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.CoreV1().PodTemplates(ns).List(ctx, o)
+		}},
+		{"Deployment", "apps/v1", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.AppsV1().Deployments(ns).List(ctx, o)
+		}},
+		{"ReplicaSet", "apps/v1", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.AppsV1().ReplicaSets(ns).List(ctx, o)
+		}},
+		{"StatefulSet", "apps/v1", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.AppsV1().StatefulSets(ns).List(ctx, o)
+		}},
+		{"DaemonSet", "apps/v1", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.AppsV1().DaemonSets(ns).List(ctx, o)
+		}},
+		{"Job", "batch/v1", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.BatchV1().Jobs(ns).List(ctx, o)
+		}},
+		{"CronJob", "batch/v1", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.BatchV1().CronJobs(ns).List(ctx, o)
+		}},
 	}
-	all := of(list)
-	out := make([]runtime.Object, len(all))
-	for i := range all {
-		out[i] = PT(&all[i])
+}
+
+// Each hands every pod and pod controller of namespace ("" for all) to fn,
+// one page of each kind at a time.
+func Each(ctx context.Context, c kubernetes.Interface, namespace string, fn func(Object) error) error {
+	var errs []error
+	for _, l := range listers(c, namespace) {
+		p := pager.New(pager.SimplePageFunc(func(opts metav1.ListOptions) (runtime.Object, error) { return l.list(ctx, opts) }))
+		p.PageSize = pageSize
+		err := p.EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
+			return fn(Object{Kind: l.kind, APIVersion: l.apiVersion, Obj: obj, Meta: obj.(metav1.Object)})
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listing %ss: %w", strings.ToLower(l.kind), err))
+		}
 	}
-	return out
+	return errors.Join(errs...)
 }

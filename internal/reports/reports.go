@@ -21,6 +21,10 @@ import (
 // Name is the name of gpuguard's Report in each namespace.
 const Name = "gpuguard"
 
+// MaxResults bounds the results of one Report, which etcd stores as one
+// object: the summary still counts them all.
+const MaxResults = 1000
+
 // Source and PolicyName fill the results' source and policy fields.
 const (
 	Source     = "gpuguard"
@@ -63,6 +67,10 @@ func Build(out audit.Outcome, now time.Time) map[string]*openreports.Report {
 	}
 	for _, r := range byNS {
 		sort.SliceStable(r.Results, func(a, b int) bool { return subjectKey(r.Results[a]) < subjectKey(r.Results[b]) })
+		if len(r.Results) > MaxResults {
+			r.Results = r.Results[:MaxResults]
+			r.Configuration = &openreports.ReportConfiguration{Limits: openreports.Limits{MaxResults: MaxResults}}
+		}
 	}
 	return byNS
 }

@@ -1,6 +1,7 @@
 package reports
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -48,5 +49,17 @@ func TestBuild(t *testing.T) {
 	}
 	if c := got["team-c"]; c.Summary.Pass != 1 || len(c.Results) != 0 {
 		t.Errorf("a namespace with only passing objects: %+v", c.Summary)
+	}
+}
+
+func TestBuildBoundsAReport(t *testing.T) {
+	v := policy.Violation{Path: "spec.containers[0].env", Rule: policy.RuleFinalState, Container: "app", Message: "no void"}
+	var out audit.Outcome
+	for i := range MaxResults + 5 {
+		out.Judged = append(out.Judged, judged("big", fmt.Sprintf("pod-%d", i), false, v))
+	}
+	r := Build(out, time.Unix(0, 0))["big"]
+	if len(r.Results) != MaxResults || r.Summary.Fail != MaxResults+5 || r.Configuration == nil || r.Configuration.Limits.MaxResults != MaxResults {
+		t.Errorf("%d results, summary %+v, configuration %+v", len(r.Results), r.Summary, r.Configuration)
 	}
 }
