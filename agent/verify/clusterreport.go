@@ -23,13 +23,18 @@ var clusterReports = openreports.SchemeGroupVersion.WithResource("clusterreports
 
 // NodeReport writes the node's findings as an OpenReports ClusterReport,
 // gpuguard-node-<node>, beside the namespaced Reports of the webhook's audit.
-// It writes only when the findings change, not every pass.
+// It writes when the findings change, and at least every resyncEvery, so
+// that a report deleted or edited by hand comes back.
 type NodeReport struct {
 	Client dynamic.Interface
 	Node   string
 
-	written []openreports.ReportResult // the results last written, without timestamps
+	written   []openreports.ReportResult // the results last written, without timestamps
+	writtenAt time.Time
 }
+
+// resyncEvery is how often the ClusterReport is written even when nothing changed.
+const resyncEvery = 5 * time.Minute
 
 // Name is the ClusterReport's name.
 func (n *NodeReport) Name() string { return "gpuguard-node-" + n.Node }
@@ -37,7 +42,7 @@ func (n *NodeReport) Name() string { return "gpuguard-node-" + n.Node }
 // Write brings the ClusterReport in line with a pass.
 func (n *NodeReport) Write(ctx context.Context, p Pass, now time.Time) error {
 	want := n.build(p, now)
-	if n.written != nil && reflect.DeepEqual(untimed(want.Results), n.written) {
+	if n.written != nil && reflect.DeepEqual(untimed(want.Results), n.written) && now.Sub(n.writtenAt) < resyncEvery {
 		return nil
 	}
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(want)
@@ -62,7 +67,7 @@ func (n *NodeReport) Write(ctx context.Context, p Pass, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("writing ClusterReport %s: %w", n.Name(), err)
 	}
-	n.written = untimed(want.Results)
+	n.written, n.writtenAt = untimed(want.Results), now
 	return nil
 }
 

@@ -54,11 +54,17 @@ func TestNodeReportWritesOnChangeOnly(t *testing.T) {
 		r["properties"].(map[string]any)["gpu"] != "GPU-0" {
 		t.Errorf("result %v", r)
 	}
-	if err := n.Write(ctx, Pass{Containers: 2}, time.Unix(120, 0)); err != nil {
+	if err := n.Write(ctx, pass, time.Unix(100, 0).Add(resyncEvery)); err != nil {
+		t.Fatal(err)
+	}
+	if writes != 2 {
+		t.Errorf("%d writes, want a resync after %v without change", writes, resyncEvery)
+	}
+	if err := n.Write(ctx, Pass{Containers: 2}, time.Unix(120, 0).Add(resyncEvery)); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = client.Resource(clusterReports).Get(ctx, "gpuguard-node-gpu-node-1", metav1.GetOptions{})
-	if results, _, _ := unstructured.NestedSlice(got.Object, "results"); len(results) != 0 || writes != 2 {
+	if results, _, _ := unstructured.NestedSlice(got.Object, "results"); len(results) != 0 || writes != 3 {
 		t.Errorf("after the pod went: results %v, writes %d; want none and a second write", results, writes)
 	}
 }
