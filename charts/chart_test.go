@@ -785,9 +785,10 @@ func TestRBAC(t *testing.T) {
 				for _, v := range []string{"get", "create", "update"} {
 					agentWant = append(agentWant, rbacRule{"cluster", "openreports.io", "clusterreports", v, ""})
 				}
+				agentWant = append(agentWant, rbacRule{"cluster", "", "nodes", "get", ""})
 			}
 			if rc.name == "observability" {
-				agentWant = append(agentWant, rbacRule{"cluster", "", "nodes", "get", ""}, rbacRule{"cluster", "", "nodes", "patch", ""})
+				agentWant = append(agentWant, rbacRule{"cluster", "", "nodes", "patch", ""})
 			}
 			checkGrants(t, "gpuguard-agent", got["gpuguard-agent"], agentWant)
 			for sa := range got {
@@ -1025,7 +1026,7 @@ func TestAgentVerifierModes(t *testing.T) {
 		token        bool
 	}{
 		{"enforce", "agent: {verify: {mode: enforce}}", []string{"cluster /clusterreports create", "cluster /clusterreports get", "cluster /clusterreports update",
-			"cluster /events create", "cluster /pods get", "cluster /pods/eviction create"}, true},
+			"cluster /events create", "cluster /nodes get", "cluster /pods get", "cluster /pods/eviction create"}, true},
 		{"off", "agent: {verify: {mode: off}}", nil, false},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {

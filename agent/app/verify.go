@@ -78,7 +78,7 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 		rep.Actions = verify.Kube{Client: a.kube, Node: a.cfg.NodeName}
 	}
 	if a.reports != nil {
-		rep.Node = &verify.NodeReport{Client: a.reports, Node: a.cfg.NodeName}
+		rep.Node = &verify.NodeReport{Client: a.reports, Node: a.cfg.NodeName, Nodes: a.kube}
 	}
 	table := verify.NewDeviceTable(inv)
 	if err := table.AddMIGCaps(a.cfg.ProcRoot, inv); err != nil {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 )
 
 // RuleUnallocatedGPUAccess names the verifier's finding in reports.
@@ -28,6 +29,10 @@ var clusterReports = openreports.SchemeGroupVersion.WithResource("clusterreports
 type NodeReport struct {
 	Client dynamic.Interface
 	Node   string
+	// Nodes, when set, makes the Node the report's owner, so that the
+	// garbage collector removes the report with the node.
+	Nodes kubernetes.Interface
+	owner []metav1.OwnerReference
 
 	written   []openreports.ReportResult // the results last written, without timestamps
 	writtenAt time.Time
@@ -45,6 +50,7 @@ func (n *NodeReport) Write(ctx context.Context, p Pass, now time.Time) error {
 	if n.written != nil && reflect.DeepEqual(untimed(want.Results), n.written) && now.Sub(n.writtenAt) < resyncEvery {
 		return nil
 	}
+	want.OwnerReferences = n.ownerReferences(ctx)
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(want)
 	if err != nil {
 		return err
@@ -100,6 +106,21 @@ func (n *NodeReport) build(p Pass, now time.Time) *openreports.ClusterReport {
 	r.Summary.Fail = len(r.Results)
 	r.Summary.Pass = p.Containers - len(reached)
 	return r
+}
+
+// ownerReferences names the Node, once its UID is known.
+func (n *NodeReport) ownerReferences(ctx context.Context) []metav1.OwnerReference {
+	if n.owner != nil || n.Nodes == nil {
+		return n.owner
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	node, err := n.Nodes.CoreV1().Nodes().Get(ctx, n.Node, metav1.GetOptions{})
+	if err != nil {
+		return nil // written without an owner; asked again next write
+	}
+	n.owner = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}}
+	return n.owner
 }
 
 // untimed are results without their timestamps, for comparing passes.

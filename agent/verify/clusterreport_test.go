@@ -2,6 +2,8 @@ package verify
 
 import (
 	"context"
+
+	corev1 "k8s.io/api/core/v1"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
 
@@ -24,7 +27,8 @@ func TestNodeReportWritesOnChangeOnly(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	n := &NodeReport{Client: client, Node: "gpu-node-1"}
+	n := &NodeReport{Client: client, Node: "gpu-node-1",
+		Nodes: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-1", UID: "node-uid"}})}
 	leak := Container{ID: "c1", PodUID: "u1", Key: key("team-a", "leak", "main")}
 	pass := Pass{Containers: 3, Findings: []Finding{
 		{Container: leak, GPU: Reached{UUID: "GPU-0", Path: "/dev/nvidia0"}, SeenBy: "device-node"},
@@ -42,6 +46,9 @@ func TestNodeReportWritesOnChangeOnly(t *testing.T) {
 	got, err := client.Resource(clusterReports).Get(ctx, "gpuguard-node-gpu-node-1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if owners := got.GetOwnerReferences(); len(owners) != 1 || owners[0].Kind != "Node" || owners[0].UID != "node-uid" {
+		t.Errorf("owner references %+v, want the Node, so the report goes with it", owners)
 	}
 	results, _, _ := unstructured.NestedSlice(got.Object, "results")
 	fail, _, _ := unstructured.NestedInt64(got.Object, "summary", "fail")
