@@ -97,12 +97,7 @@ func (o *auditOptions) audit(ctx context.Context, c kubernetes.Interface, stdout
 	}
 	results := make([]checkedObject, 0, len(out.Judged))
 	for _, j := range out.Judged {
-		r := j.Result
-		results = append(results, checkedObject{
-			APIVersion: j.APIVersion, Kind: j.Kind, Namespace: j.Meta.GetNamespace(), Name: j.Meta.GetName(),
-			Source: "cluster", Allowed: r.Allowed, Mode: r.Mode, Exempt: r.Exempt,
-			Violations: r.Violations, Warnings: r.Warnings, AuditAnnotations: r.AuditAnnotations, Patch: r.Patch,
-		})
+		results = append(results, newCheckedObject(j.APIVersion, j.Kind, j.Meta.GetNamespace(), j.Meta.GetName(), "cluster", j.Result))
 	}
 	return writeResults(stdout, o.stderr, o.output, results, out.Skipped)
 }

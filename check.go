@@ -202,11 +202,17 @@ func (in *checkInputs) admit(ctx context.Context, e *policy.Engine, d manifest.D
 	if err != nil {
 		return checkedObject{}, err
 	}
+	return newCheckedObject(d.GVK.GroupVersion().String(), d.GVK.Kind, ns, displayName(d), d.Location(), r), nil
+}
+
+// newCheckedObject is one element of check's output contract, shared by check
+// and audit.
+func newCheckedObject(apiVersion, kind, namespace, name, source string, r policy.Result) checkedObject {
 	return checkedObject{
-		APIVersion: d.GVK.GroupVersion().String(), Kind: d.GVK.Kind, Namespace: ns, Name: displayName(d),
-		Source: d.Location(), Allowed: r.Allowed, Mode: r.Mode, Exempt: r.Exempt,
+		APIVersion: apiVersion, Kind: kind, Namespace: namespace, Name: name,
+		Source: source, Allowed: r.Allowed, Mode: r.Mode, Exempt: r.Exempt,
 		Violations: r.Violations, Warnings: r.Warnings, AuditAnnotations: r.AuditAnnotations, Patch: r.Patch,
-	}, nil
+	}
 }
 
 func namespaceOf(d manifest.Document) string {

@@ -32,13 +32,9 @@ type Reporter struct {
 
 	// reported holds "containerID/uuid" of findings already logged.
 	reported map[string]bool
-	// lastErr is the last pass error logged: a runtime or kubelet that stays
-	// away is logged once, not every pass.
-	lastErr string
-	// lastReportErr is the last ClusterReport error logged.
-	lastReportErr string
-	// lastProcessesErr is the last NVML process view error logged.
-	lastProcessesErr string
+	// A runtime or kubelet that stays away, a ClusterReport that cannot be
+	// written, NVML without a process view: each logged once, not every pass.
+	passErr, reportErr, processesErr onceErr
 	// evicted holds the UIDs of pods already evicted: a terminating pod is not
 	// evicted again every pass (a DaemonSet's replacement has a new UID).
 	evicted map[string]bool
@@ -48,15 +44,13 @@ type Reporter struct {
 func (r *Reporter) Report(ctx context.Context, p Pass, err error) {
 	if err != nil {
 		r.Metrics.Passes.WithLabelValues("error").Inc()
-		if err.Error() != r.lastErr {
+		if r.passErr.changed(err) {
 			r.Log.Error(err, "verifier pass failed; trying again every interval")
 		}
-		r.lastErr = err.Error()
 		return
 	}
-	if r.lastErr != "" {
+	if r.passErr.changed(nil) {
 		r.Log.Info("verifier passes succeed again")
-		r.lastErr = ""
 	}
 	r.Metrics.Passes.WithLabelValues("ok").Inc()
 	r.Metrics.Unverified.WithLabelValues("gone").Set(float64(p.Skipped))
@@ -67,12 +61,8 @@ func (r *Reporter) Report(ctx context.Context, p Pass, err error) {
 				"pod", c.Key.Pod, "container", c.Key.Container, "containerID", c.ID)
 		}
 	}
-	if p.ProcessesErr != nil && p.ProcessesErr.Error() != r.lastProcessesErr {
+	if r.processesErr.changed(p.ProcessesErr) && p.ProcessesErr != nil {
 		r.Log.Error(p.ProcessesErr, "NVML's process view is unavailable; judging by device nodes alone")
-	}
-	r.lastProcessesErr = ""
-	if p.ProcessesErr != nil {
-		r.lastProcessesErr = p.ProcessesErr.Error()
 	}
 	r.Metrics.Containers.Set(float64(p.Containers))
 	r.Metrics.setFindings(p.Findings)
@@ -108,12 +98,8 @@ func (r *Reporter) Report(ctx context.Context, p Pass, err error) {
 	r.recordEvents(ctx, fresh)
 	if r.Node != nil {
 		err := r.Node.Write(ctx, p, time.Now())
-		if err != nil && err.Error() != r.lastReportErr {
+		if r.reportErr.changed(err) && err != nil {
 			r.Log.Error(err, "cannot write the node's ClusterReport; findings are in logs, metrics and Events")
-		}
-		r.lastReportErr = ""
-		if err != nil {
-			r.lastReportErr = err.Error()
 		}
 	}
 }
@@ -180,4 +166,19 @@ func Message(findings []Finding) string {
 	return fmt.Sprintf("container %q can open GPUs it was not allocated: %s; the kubelet allocated it %s. "+
 		"Admission did not stop it (image ENV, a Secret, a pod from before install or a webhook outage, an exempt namespace, or a node channel)",
 		f.Container.Key.Container, strings.Join(gpus, ", "), alloc)
+}
+
+// onceErr remembers the last error seen, so that a lasting problem is logged
+// when it starts, changes or ends, not every pass.
+type onceErr struct{ last string }
+
+// changed records err (nil for none) and reports whether it differs from the last.
+func (o *onceErr) changed(err error) bool {
+	now := ""
+	if err != nil {
+		now = err.Error()
+	}
+	changed := now != o.last
+	o.last = now
+	return changed
 }
