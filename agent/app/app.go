@@ -130,6 +130,9 @@ func (c Config) validate() error {
 	if c.MIGStrategy != plugin.MIGNone && c.MIGStrategy != plugin.MIGMixed {
 		return fmt.Errorf("--mig-strategy=%s: want none or mixed", c.MIGStrategy)
 	}
+	if err := c.timeSlicing().Validate(); err != nil {
+		return err
+	}
 	if _, err := health.ParseXIDs(c.IgnoredXIDs); err != nil {
 		return err
 	}
@@ -342,6 +345,11 @@ func (a *Agent) start(ctx context.Context) (*session, error) {
 		b.CDIKind = res.Kind
 	}
 
+	// Shared after the CDI spec is written: shares name no devices of their own.
+	if resources, err = a.cfg.timeSlicing().Apply(resources); err != nil {
+		cancel()
+		return nil, ConfigError{err}
+	}
 	if len(resources) == 0 {
 		a.log.Info("no devices found; waiting")
 	}

@@ -352,6 +352,41 @@ func TestAgentTakesOverWithDevicePluginOn(t *testing.T) {
 	}
 }
 
+func TestAgentServesTimeSlicedShares(t *testing.T) {
+	dir := shortDir(t)
+	k, err := kubelettest.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	cfg := testConfig(t, dir, "hardened")
+	cfg.TimeSlicingReplicas, cfg.TimeSlicingRename = 3, true
+	run(t, cfg)
+	regs, err := k.WaitFor(wait(t), func(regs []*pluginapi.RegisterRequest) bool { return len(regs) > 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if regs[0].ResourceName != "nvidia.com/gpu.shared" {
+		t.Fatalf("registered %s, want nvidia.com/gpu.shared", regs[0].ResourceName)
+	}
+	c, closeFn, err := kubelettest.Dial(dir, regs[0].Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	stream, err := c.ListAndWatch(wait(t), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Devices) != 24 || !strings.HasSuffix(list.Devices[2].ID, "::2") {
+		t.Errorf("%d devices (want 8 GPUs × 3 shares), third %q", len(list.Devices), list.Devices[2].ID)
+	}
+}
+
 func TestAgentRefusesStrategyTheToolkitIgnores(t *testing.T) {
 	dir := shortDir(t)
 	cfg := testConfig(t, dir, "default")
@@ -376,6 +411,7 @@ func TestBadFlags(t *testing.T) {
 		"strategy":        func(c *Config) { c.DeviceListStrategy = "envvar,volume-mounts" },
 		"id strategy":     func(c *Config) { c.DeviceIDStrategy = "serial" },
 		"mig strategy":    func(c *Config) { c.MIGStrategy = "single" },
+		"replicas":        func(c *Config) { c.TimeSlicingReplicas = 0 },
 		"xids":            func(c *Config) { c.IgnoredXIDs = "13,abc" },
 		"backend":         func(c *Config) { c.Backend = "mock:dgx1" },
 		"retry":           func(c *Config) { c.RetryInterval = "soon" },

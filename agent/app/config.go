@@ -30,6 +30,8 @@ type Config struct {
 	DeviceListStrategy  string
 	DeviceIDStrategy    string
 	MIGStrategy         string
+	TimeSlicingReplicas int
+	TimeSlicingRename   bool
 	CDISpec             string
 	CDISpecDir          string
 	CDIDevRoot          string
@@ -61,23 +63,24 @@ type Config struct {
 // DefaultConfig has the flags' defaults.
 func DefaultConfig() Config {
 	return Config{
-		Backend:            "nvml",
-		DevicePluginDir:    "/var/lib/kubelet/device-plugins",
-		DevicePlugin:       PluginAuto,
-		DeviceListStrategy: strategy.Auto,
-		DeviceIDStrategy:   string(strategy.IDUUID),
-		MIGStrategy:        plugin.MIGMixed,
-		CDISpec:            cdispec.ModeAuto,
-		CDISpecDir:         "/var/run/cdi",
-		HostRoot:           "/",
-		IgnoredXIDs:        health.FormatXIDs(health.DefaultIgnoredXIDs),
-		HealthChecks:       true,
-		MetricsAddr:        ":9465",
-		RetryInterval:      "30s",
-		Verify:             verify.ModeReport,
-		VerifyInterval:     "10s",
-		PodResourcesSocket: verify.DefaultPodResourcesSocket,
-		ProcRoot:           "/proc",
+		Backend:             "nvml",
+		DevicePluginDir:     "/var/lib/kubelet/device-plugins",
+		DevicePlugin:        PluginAuto,
+		DeviceListStrategy:  strategy.Auto,
+		DeviceIDStrategy:    string(strategy.IDUUID),
+		MIGStrategy:         plugin.MIGMixed,
+		TimeSlicingReplicas: 1,
+		CDISpec:             cdispec.ModeAuto,
+		CDISpecDir:          "/var/run/cdi",
+		HostRoot:            "/",
+		IgnoredXIDs:         health.FormatXIDs(health.DefaultIgnoredXIDs),
+		HealthChecks:        true,
+		MetricsAddr:         ":9465",
+		RetryInterval:       "30s",
+		Verify:              verify.ModeReport,
+		VerifyInterval:      "10s",
+		PodResourcesSocket:  verify.DefaultPodResourcesSocket,
+		ProcRoot:            "/proc",
 		// containerd before 2.0 (containerd#7318, fixed by #9661) and CRI-O
 		// (cri-o#6466) hand each container event to one subscriber only:
 		// where the kubelet runs Evented PLEG (alpha, off by default) on
@@ -96,6 +99,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.DeviceListStrategy, "device-list-strategy", c.DeviceListStrategy, "how containers get their devices: auto, or a list of envvar, volume-mounts, cdi-annotations, cdi-cri")
 	fs.StringVar(&c.DeviceIDStrategy, "device-id-strategy", c.DeviceIDStrategy, "how devices are named to the runtime: uuid or index")
 	fs.StringVar(&c.MIGStrategy, "mig-strategy", c.MIGStrategy, "none (full GPUs only) or mixed (one resource per MIG profile, e.g. nvidia.com/mig-1g.10gb)")
+	fs.IntVar(&c.TimeSlicingReplicas, "time-slicing-replicas", c.TimeSlicingReplicas, "share each GPU (or MIG device) among this many containers, taking turns, with no memory or fault isolation between them; 1 shares nothing")
+	fs.BoolVar(&c.TimeSlicingRename, "time-slicing-rename", c.TimeSlicingRename, "serve time-sliced shares as <resource>.shared (nvidia.com/gpu.shared), so pods asking for nvidia.com/gpu still get whole GPUs")
 	fs.StringVar(&c.CDISpec, "cdi-spec", c.CDISpec, "for CDI strategies: toolkit (devices must be in the toolkit's spec), own (write the agent's spec), auto (toolkit's if complete, else own)")
 	fs.StringVar(&c.CDISpecDir, "cdi-spec-dir", c.CDISpecDir, "host directory the agent writes its own CDI spec to")
 	fs.StringVar(&c.CDIDevRoot, "cdi-dev-root", c.CDIDevRoot, "host directory that holds the NVIDIA device nodes named in the agent's own CDI spec (default /, so /dev/nvidia0)")
@@ -119,4 +124,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.Reports, "reports", c.Reports, "also keep the verifier's findings in an OpenReports ClusterReport, gpuguard-node-<node> (needs its CRD)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig for Events and evictions (default: the pod's service account in a cluster; none outside one)")
 	fs.BoolVar(&c.PublishNodeLabels, "publish-node-labels", c.PublishNodeLabels, "label this node with the hardening report (gpuguard.io/hardened, gpuguard.io/check.*); needs $NODE_NAME or --node-name, and RBAC to get and patch nodes")
+}
+
+func (c *Config) timeSlicing() plugin.TimeSlicing {
+	return plugin.TimeSlicing{Replicas: c.TimeSlicingReplicas, Rename: c.TimeSlicingRename}
 }

@@ -9,20 +9,25 @@ import (
 )
 
 // deviceState holds the devices of one resource and their health, and
-// wakes ListAndWatch streams when it changes.
+// wakes ListAndWatch streams when it changes. Health belongs to the
+// physical device: every time-sliced share of a failed GPU fails with it.
 type deviceState struct {
-	devices []Device
-	byID    map[string]int
+	devices  []Device
+	byID     map[string]int
+	physical map[string]bool // Ref.UUID of every device
+	shared   bool            // devices are time-sliced replicas
 
 	mu        sync.Mutex
-	unhealthy map[string]string // ID → reason
+	unhealthy map[string]string // Ref.UUID → reason
 	changed   chan struct{}
 }
 
 func newDeviceState(devs []Device) *deviceState {
-	s := &deviceState{devices: devs, byID: map[string]int{}, unhealthy: map[string]string{}, changed: make(chan struct{})}
+	s := &deviceState{devices: devs, byID: map[string]int{}, physical: map[string]bool{}, unhealthy: map[string]string{}, changed: make(chan struct{})}
 	for i, d := range devs {
 		s.byID[d.ID] = i
+		s.physical[d.Ref.UUID] = true
+		s.shared = s.shared || d.Replica
 	}
 	return s
 }
@@ -35,10 +40,10 @@ func (s *deviceState) lookup(id string) (Device, bool) {
 	return s.devices[i], true
 }
 
-// setHealth records a device's health; it reports whether that changed
-// anything (unknown IDs change nothing).
+// setHealth records a physical device's health by its UUID; it reports
+// whether that changed anything (unknown UUIDs change nothing).
 func (s *deviceState) setHealth(id string, healthy bool, reason string) bool {
-	if _, ok := s.byID[id]; !ok {
+	if !s.physical[id] {
 		return false
 	}
 	s.mu.Lock()
@@ -65,7 +70,7 @@ func (s *deviceState) snapshot() ([]*pluginapi.Device, <-chan struct{}) {
 	out := make([]*pluginapi.Device, len(s.devices))
 	for i, d := range s.devices {
 		health := pluginapi.Healthy
-		if _, bad := s.unhealthy[d.ID]; bad {
+		if _, bad := s.unhealthy[d.Ref.UUID]; bad {
 			health = pluginapi.Unhealthy
 		}
 		pd := &pluginapi.Device{ID: d.ID, Health: health}
@@ -77,8 +82,14 @@ func (s *deviceState) snapshot() ([]*pluginapi.Device, <-chan struct{}) {
 	return out, s.changed
 }
 
+// counts counts the devices the kubelet sees, shares included.
 func (s *deviceState) counts() (healthy, unhealthy int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.devices) - len(s.unhealthy), len(s.unhealthy)
+	for _, d := range s.devices {
+		if _, bad := s.unhealthy[d.Ref.UUID]; bad {
+			unhealthy++
+		}
+	}
+	return len(s.devices) - unhealthy, unhealthy
 }

@@ -11,41 +11,64 @@ import (
 // for larger requests), otherwise spread over as few NUMA nodes as
 // possible; within a node, devices in PCI bus order, so neighbours under
 // the same PCI root are taken together. Devices with an unknown NUMA node
-// form a group of their own. The result is deterministic.
+// form a group of their own. Time-sliced shares are spread instead (see
+// spreadShares). The result is deterministic.
 func preferredAllocation(state *deviceState, available, mustInclude []string, size int) ([]string, error) {
+	avail, out, err := checkPreferredRequest(state, available, mustInclude, size)
+	if err != nil {
+		return nil, err
+	}
+	if state.shared {
+		return spreadShares(state, avail, out, size), nil
+	}
+	return pickClose(avail, out, size), nil
+}
+
+// checkPreferredRequest resolves the available devices and returns them
+// with the must-include ones, or says what is wrong with the request.
+func checkPreferredRequest(state *deviceState, available, mustInclude []string, size int) (map[string]Device, []string, error) {
 	if size <= 0 {
-		return nil, fmt.Errorf("allocation size %d", size)
+		return nil, nil, fmt.Errorf("allocation size %d", size)
 	}
 	avail := map[string]Device{}
 	for _, id := range available {
 		d, ok := state.lookup(id)
 		if !ok {
-			return nil, fmt.Errorf("unknown device %q", id)
+			return nil, nil, fmt.Errorf("unknown device %q", id)
 		}
 		if _, dup := avail[id]; dup {
-			return nil, fmt.Errorf("device %q listed twice", id)
+			return nil, nil, fmt.Errorf("device %q listed twice", id)
 		}
 		avail[id] = d
 	}
 	if size > len(avail) {
-		return nil, fmt.Errorf("allocation size %d exceeds the %d available devices", size, len(avail))
+		return nil, nil, fmt.Errorf("allocation size %d exceeds the %d available devices", size, len(avail))
 	}
-	chosen := map[string]bool{}
 	var out []string
+	chosen := map[string]bool{}
 	for _, id := range mustInclude {
 		if _, ok := avail[id]; !ok {
-			return nil, fmt.Errorf("must-include device %q is not available", id)
+			return nil, nil, fmt.Errorf("must-include device %q is not available", id)
 		}
 		if chosen[id] {
-			return nil, fmt.Errorf("must-include device %q listed twice", id)
+			return nil, nil, fmt.Errorf("must-include device %q listed twice", id)
 		}
 		chosen[id] = true
 		out = append(out, id)
 	}
 	if len(out) > size {
-		return nil, fmt.Errorf("%d must-include devices exceed the allocation size %d", len(out), size)
+		return nil, nil, fmt.Errorf("%d must-include devices exceed the allocation size %d", len(out), size)
 	}
+	return avail, out, nil
+}
 
+// pickClose fills the request with devices close together (see
+// preferredAllocation).
+func pickClose(avail map[string]Device, out []string, size int) []string {
+	chosen := map[string]bool{}
+	for _, id := range out {
+		chosen[id] = true
+	}
 	// Group the remaining devices by NUMA node, each group in PCI order.
 	groups := map[int][]Device{}
 	mustNodes := map[int]bool{}
@@ -91,11 +114,56 @@ func preferredAllocation(state *deviceState, available, mustInclude []string, si
 	for _, n := range nodes {
 		for _, d := range groups[n] {
 			if need == 0 {
-				return out, nil
+				return out
 			}
 			out = append(out, d.ID)
 			need--
 		}
 	}
-	return out, nil
+	return out
+}
+
+// spreadShares fills a request for time-sliced shares from the least busy
+// GPUs: each next share is of the GPU this request holds fewest shares of,
+// then of the GPU with the most shares still free (the fewest other
+// containers), so a container asking for two shares gets two GPUs where it
+// can, and containers spread over the node's GPUs. Ties go in device order.
+func spreadShares(state *deviceState, avail map[string]Device, out []string, size int) []string {
+	free := map[string]int{}  // physical UUID → shares available
+	taken := map[string]int{} // physical UUID → shares in this request
+	chosen := map[string]bool{}
+	for _, d := range avail {
+		free[d.Ref.UUID]++
+	}
+	for _, id := range out {
+		chosen[id] = true
+		taken[avail[id].Ref.UUID]++
+	}
+	ids := make([]string, 0, len(avail))
+	for id := range avail {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return state.byID[ids[i]] < state.byID[ids[j]] })
+	for len(out) < size {
+		best := ""
+		for _, id := range ids {
+			if chosen[id] {
+				continue
+			}
+			if best == "" || lessBusy(avail[id].Ref.UUID, avail[best].Ref.UUID, taken, free) {
+				best = id
+			}
+		}
+		chosen[best] = true
+		taken[avail[best].Ref.UUID]++
+		out = append(out, best)
+	}
+	return out
+}
+
+func lessBusy(a, b string, taken, free map[string]int) bool {
+	if taken[a] != taken[b] {
+		return taken[a] < taken[b]
+	}
+	return free[a] > free[b]
 }

@@ -23,9 +23,12 @@ const (
 
 // Device is one device of a resource as the plugin sees it.
 type Device struct {
-	// ID is what the kubelet knows the device by: its UUID.
-	ID       string
+	// ID is what the kubelet knows the device by: its UUID, or for a
+	// time-sliced share "<UUID>::<n>".
+	ID string
+	// Ref is the physical device (GPU or MIG device) the ID stands for.
 	Ref      strategy.DeviceRef
+	Replica  bool
 	NUMANode int
 	PCIBusID string
 }

@@ -115,8 +115,9 @@ func (p *Plugin) Stop() {
 	p.log.Info("stopped device plugin")
 }
 
-// SetHealth marks a device healthy or not; ListAndWatch streams get the
-// new list. Unknown IDs are ignored (the device is another resource's).
+// SetHealth marks a physical device (by UUID) and all its shares healthy
+// or not; ListAndWatch streams get the new list. Unknown UUIDs are ignored
+// (the device is another resource's).
 func (p *Plugin) SetHealth(id string, healthy bool, reason string) {
 	if p.state.setHealth(id, healthy, reason) {
 		p.log.Info("device health changed", "device", id, "healthy", healthy, "reason", reason)
@@ -124,11 +125,9 @@ func (p *Plugin) SetHealth(id string, healthy bool, reason string) {
 	}
 }
 
-// Has says whether the plugin serves the device.
-func (p *Plugin) Has(id string) bool {
-	_, ok := p.state.lookup(id)
-	return ok
-}
+// Has says whether the plugin serves the physical device (by UUID), whole
+// or in shares.
+func (p *Plugin) Has(uuid string) bool { return p.state.physical[uuid] }
 
 func (p *Plugin) updateDeviceMetrics() {
 	if p.metrics == nil {
@@ -213,18 +212,9 @@ func (p *Plugin) allocate(req *pluginapi.AllocateRequest) (*pluginapi.AllocateRe
 		if len(cr.GetDevicesIds()) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "%s container request %d: no devices", p.resource, i)
 		}
-		seen := map[string]bool{}
-		refs := make([]strategy.DeviceRef, 0, len(cr.GetDevicesIds()))
-		for _, id := range cr.GetDevicesIds() {
-			d, ok := p.state.lookup(id)
-			if !ok {
-				return nil, status.Errorf(codes.InvalidArgument, "%s container request %d: unknown device %q", p.resource, i, id)
-			}
-			if seen[id] {
-				return nil, status.Errorf(codes.InvalidArgument, "%s container request %d: device %q listed twice", p.resource, i, id)
-			}
-			seen[id] = true
-			refs = append(refs, d.Ref)
+		refs, err := p.physicalDevices(cr.GetDevicesIds())
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "%s container request %d: %v", p.resource, i, err)
 		}
 		cresp, err := p.builder.Build(refs)
 		if err != nil {
@@ -233,4 +223,27 @@ func (p *Plugin) allocate(req *pluginapi.AllocateRequest) (*pluginapi.AllocateRe
 		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
 	}
 	return resp, nil
+}
+
+// physicalDevices maps a container's device IDs to the devices they stand
+// for, each once: two shares of one GPU give the container that GPU, once.
+func (p *Plugin) physicalDevices(ids []string) ([]strategy.DeviceRef, error) {
+	seen := map[string]bool{}
+	physical := map[string]bool{}
+	refs := make([]strategy.DeviceRef, 0, len(ids))
+	for _, id := range ids {
+		d, ok := p.state.lookup(id)
+		if !ok {
+			return nil, fmt.Errorf("unknown device %q", id)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("device %q listed twice", id)
+		}
+		seen[id] = true
+		if !physical[d.Ref.UUID] {
+			physical[d.Ref.UUID] = true
+			refs = append(refs, d.Ref)
+		}
+	}
+	return refs, nil
 }

@@ -28,6 +28,9 @@ func (n *Node) startAgent(p NodeProfile) error {
 		"--toolkit-config", n.toolkitConfigPath(), "--containerd-config", n.containerdConfigPath(),
 		"--toolkit-version", n.toolkitVersion,
 		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", n.agentMetricsPort), "--retry-interval", "2s"}, cdi...)
+	if p.SharedReplicas > 1 {
+		args = append(args, "--time-slicing-replicas", strconv.Itoa(p.SharedReplicas), "--time-slicing-rename")
+	}
 	verifyArgs, err := n.verifyArgs(p)
 	if err != nil {
 		return err

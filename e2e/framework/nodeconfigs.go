@@ -28,6 +28,9 @@ type NodeProfile struct {
 	OwnCDISpec bool
 	// Verify is the agent's --verify; "" is its default, report.
 	Verify string
+	// SharedReplicas, above one, time-slices each GPU into that many shares
+	// served as nvidia.com/gpu.shared.
+	SharedReplicas int
 }
 
 // String names the profile in logs and tables.
@@ -43,10 +46,22 @@ func (p NodeProfile) String() string {
 	if p.OwnCDISpec {
 		s += " with its own CDI spec"
 	}
+	if p.SharedReplicas > 1 {
+		s += fmt.Sprintf(", %d time-sliced shares per GPU", p.SharedReplicas)
+	}
 	if p.Verify != "" {
 		s += ", verifier " + p.Verify
 	}
 	return s
+}
+
+// servedResource is the resource the agent serves the GPUs as, and how many
+// devices it advertises per GPU.
+func (p NodeProfile) servedResource() (string, int) {
+	if p.SharedReplicas > 1 {
+		return "nvidia.com/gpu.shared", p.SharedReplicas
+	}
+	return "nvidia.com/gpu", 1
 }
 
 // containerdKey is what a containerd restart depends on.

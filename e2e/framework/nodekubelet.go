@@ -72,8 +72,9 @@ func (n *Node) waitAllocatable(ctx context.Context, since time.Time) error {
 		if err != nil {
 			return false, nil
 		}
-		gpus := node.Status.Allocatable["nvidia.com/gpu"]
-		return gpus.Value() == int64(len(n.GPUs)) && reportedAfter(node, since), nil
+		resource, perGPU := n.profile.servedResource()
+		gpus := node.Status.Allocatable[corev1.ResourceName(resource)]
+		return gpus.Value() == int64(len(n.GPUs)*perGPU) && reportedAfter(node, since), nil
 	})
 }
 

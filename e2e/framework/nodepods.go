@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -154,8 +155,11 @@ func (n *Node) AllocatedDevices(podUID, container, resource string) ([]string, e
 	return ids, nil
 }
 
-// GPUByID finds a fake GPU by the ID the agent uses (UUID or index).
+// GPUByID finds a fake GPU by the ID the kubelet allocated: its UUID or
+// index, or a time-sliced share of it ("<UUID>::<n>").
+
 func (n *Node) GPUByID(id string) (FakeGPU, bool) {
+	id, _, _ = strings.Cut(id, "::")
 	for _, g := range n.GPUs {
 		if g.UUID == id || fmt.Sprint(g.Index) == id {
 			return g, true

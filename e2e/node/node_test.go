@@ -32,6 +32,7 @@ var (
 	hardenedCDI      = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri"}
 	passthrough      = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri", PodAnnotations: []string{"cdi.k8s.io/*"}}
 	ownCDISpec       = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri", OwnCDISpec: true}
+	timeSliced       = framework.NodeProfile{Hardened: true, Strategy: "volume-mounts", SharedReplicas: 2}
 )
 
 const defaultPolicy = `apiVersion: gpuguard.io/v1alpha1
@@ -48,9 +49,9 @@ func TestNode(t *testing.T) {
 	t.Run("typical node", func(t *testing.T) {
 		apply(t, typical)
 		t.Run("without gpuguard a pod without GPUs sees every GPU", testLeak)
-		t.Run("the verifier finds a pod created while admission was absent", testVerifierFinds(tenantNS, envLeak))
+		t.Run("the verifier finds a pod created while admission was absent", testVerifierFinds(tenantNS, envLeak, gpuPod))
 		installGPUGuard(t)
-		t.Run("the verifier finds a pod in a namespace admission does not guard", testVerifierFinds(exemptNS, envLeak))
+		t.Run("the verifier finds a pod in a namespace admission does not guard", testVerifierFinds(exemptNS, envLeak, gpuPod))
 		t.Run("with gpuguard the same pod sees none", testLeakClosed)
 		t.Run("with gpuguard NVIDIA_VISIBLE_DEVICES=all is denied", testEnvAllDenied)
 		t.Run("the kubelet's status reports never reach the webhook", testStatusReportsNotSent)
@@ -65,7 +66,7 @@ func TestNode(t *testing.T) {
 		apply(t, hardenedMount)
 		t.Run("volume-mounts: a GPU pod sees its device only", testVolumeMountAllocation)
 		t.Run("volume-mounts: the verifier finds nothing on GPU pods using their own GPUs", testVerifierQuiet)
-		t.Run("volume-mounts: the verifier finds a forged device-list mount admission does not guard", testVerifierFinds(exemptNS, mountLeak))
+		t.Run("volume-mounts: the verifier finds a forged device-list mount admission does not guard", testVerifierFinds(exemptNS, mountLeak, gpuPod))
 		t.Run("env alone grants nothing, even without admission", testHardenedEnvIgnored)
 		t.Run("a CDI pod annotation grants nothing without passthrough", testAnnotationNotPassed)
 		t.Run("hardening report says hardened", testReportHardened)
@@ -82,8 +83,13 @@ func TestNode(t *testing.T) {
 		apply(t, passthrough)
 		t.Run("without gpuguard a CDI pod annotation grants every GPU", testAnnotationPassed)
 		t.Run("with gpuguard it is denied", testAnnotationDenied)
-		t.Run("the verifier finds a CDI annotation pod admission does not guard", testVerifierFinds(exemptNS, cdiLeak))
+		t.Run("the verifier finds a CDI annotation pod admission does not guard", testVerifierFinds(exemptNS, cdiLeak, gpuPod))
 		t.Run("hardening report flags the passthrough", testReportPassthrough)
+	})
+	t.Run("hardened node with time-sliced GPUs", func(t *testing.T) {
+		apply(t, timeSliced)
+		t.Run("time-slicing: pods sharing GPUs see their shares' GPUs only, and the verifier finds nothing", testTimeSlicedShares)
+		t.Run("time-slicing: the verifier finds a forged device-list mount admission does not guard", testVerifierFinds(exemptNS, mountLeak, oneShare))
 	})
 }
 

@@ -5,6 +5,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,14 +45,14 @@ func mountLeak() *corev1.Pod {
 }
 
 // testVerifierFinds runs a leaking pod in ns, where admission does not stop
-// it, beside a GPU pod that keeps to its allocation. The verifier must find
-// the leaking pod within verifyDeadline, naming every GPU it reaches, with an
-// Event on the pod; the GPU pod must produce no finding.
-func testVerifierFinds(ns string, leak func() *corev1.Pod) func(t *testing.T) {
+// it, beside a GPU pod (made by gpu) that keeps to its allocation. The
+// verifier must find the leaking pod within verifyDeadline, naming every GPU
+// it reaches, with an Event on the pod; the GPU pod must produce no finding.
+func testVerifierFinds(ns string, leak func() *corev1.Pod, gpu func(prefix string) *corev1.Pod) func(t *testing.T) {
 	return func(t *testing.T) {
 		ctx := context.Background()
 		leaking := startHeld(t, ns, leak())
-		own := startHeld(t, tenantNS, gpuPod("verify-own"))
+		own := startHeld(t, tenantNS, gpu("verify-own"))
 		series := findingSeries(leaking)
 		err := framework.Poll(ctx, verifyDeadline, func() (bool, error) {
 			m, err := s.node.AgentMetrics(ctx)
@@ -133,6 +134,76 @@ func testVerifierQuiet(t *testing.T) {
 	}
 	if m[`gpuguard_agent_verify_containers`] < 2 {
 		t.Errorf("the verifier looked at %v containers, want at least the 2 GPU pods", m[`gpuguard_agent_verify_containers`])
+	}
+}
+
+// sharedResource is what the agent serves time-sliced GPUs as.
+const sharedResource = gpuResource + ".shared"
+
+// sharePod is a probe pod requesting n time-sliced GPU shares.
+func sharePod(prefix string, n int) *corev1.Pod {
+	p := probePod(prefix)
+	q := *resource.NewQuantity(int64(n), resource.DecimalSI)
+	p.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{sharedResource: q}, Requests: corev1.ResourceList{sharedResource: q}}
+	return p
+}
+
+func oneShare(prefix string) *corev1.Pod { return sharePod(prefix, 1) }
+
+// sharedGPUs are the container paths of the GPUs whose shares the kubelet
+// allocated to the pod's container.
+func sharedGPUs(t *testing.T, p *corev1.Pod) []string {
+	t.Helper()
+	ids, err := s.node.AllocatedDevices(string(p.UID), p.Spec.Containers[0].Name, sharedResource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, id := range ids {
+		g, ok := s.node.GPUByID(id)
+		if !ok {
+			t.Fatalf("allocated share %q is of none of the node's GPUs", id)
+		}
+		if !slices.Contains(out, g.Container) {
+			out = append(out, g.Container)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// testTimeSlicedShares: on a node serving two shares of each GPU, a pod with
+// one share and a pod with a share of every GPU run together, so they share
+// the first pod's GPU. Admission treats the shares as GPUs (no void), a
+// container sees exactly the GPUs of its shares, and over two whole passes
+// the verifier reports none of them.
+func testTimeSlicedShares(t *testing.T) {
+	ctx := context.Background()
+	one := startHeld(t, tenantNS, sharePod("share-one", 1))
+	every := startHeld(t, tenantNS, sharePod("share-every", len(s.node.GPUs)))
+	oneGPUs, everyGPUs := sharedGPUs(t, one), sharedGPUs(t, every)
+	if len(oneGPUs) != 1 || len(everyGPUs) != len(s.node.GPUs) {
+		t.Fatalf("shares of %v and %v GPUs; want 1 and, spread over the node, all %d", oneGPUs, everyGPUs, len(s.node.GPUs))
+	}
+	if !slices.Contains(everyGPUs, oneGPUs[0]) {
+		t.Fatalf("%s's GPU %s is not among %s's %v", one.Name, oneGPUs[0], every.Name, everyGPUs)
+	}
+	report, p := probe(t, tenantNS, sharePod("share-probe", 1))
+	if v := lastEnv(p.Spec.Containers[0], "NVIDIA_VISIBLE_DEVICES"); v == "void" {
+		t.Errorf("admission gave a container with a %s limit NVIDIA_VISIBLE_DEVICES=void", sharedResource)
+	}
+	expectGPUs(t, report, sharedGPUs(t, p))
+
+	waitPasses(t, 2)
+	m, err := s.node.AgentMetrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*corev1.Pod{one, every} {
+		if v, ok := m[findingSeries(p)]; ok {
+			t.Errorf("%s, using its own shares, was reported reaching %v GPUs it was not allocated", p.Name, v)
+		}
 	}
 }
 
