@@ -58,18 +58,22 @@ allowed), 1 when any is denied, 2 for usage, read or parse errors.`,
 
 // checkedObject is one element of `check -o json`: a contract for scripts.
 type checkedObject struct {
-	APIVersion       string                `json:"apiVersion"`
-	Kind             string                `json:"kind"`
-	Namespace        string                `json:"namespace"`
-	Name             string                `json:"name"`
-	Source           string                `json:"source"`
-	Allowed          bool                  `json:"allowed"`
-	Mode             config.Mode           `json:"mode"`
-	Exempt           string                `json:"exempt,omitempty"`
-	Violations       []policy.Violation    `json:"violations"`
-	Warnings         []string              `json:"warnings"`
-	AuditAnnotations map[string]string     `json:"auditAnnotations,omitempty"`
-	Patch            []jsonpatch.Operation `json:"patch"`
+	APIVersion string             `json:"apiVersion"`
+	Kind       string             `json:"kind"`
+	Namespace  string             `json:"namespace"`
+	Name       string             `json:"name"`
+	Source     string             `json:"source"`
+	Allowed    bool               `json:"allowed"`
+	Mode       config.Mode        `json:"mode"`
+	Exempt     string             `json:"exempt,omitempty"`
+	Violations []policy.Violation `json:"violations"`
+	// OmittedViolations are not listed (past the first policy.MaxFindings
+	// findings), and OmittedRules are their rules.
+	OmittedViolations int                   `json:"omittedViolations,omitempty"`
+	OmittedRules      []policy.RuleID       `json:"omittedRules,omitempty"`
+	Warnings          []string              `json:"warnings"`
+	AuditAnnotations  map[string]string     `json:"auditAnnotations,omitempty"`
+	Patch             []jsonpatch.Operation `json:"patch"`
 }
 
 func (o *checkOptions) run(ctx context.Context, paths []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -211,7 +215,8 @@ func newCheckedObject(apiVersion, kind, namespace, name, source string, r policy
 	return checkedObject{
 		APIVersion: apiVersion, Kind: kind, Namespace: namespace, Name: name,
 		Source: source, Allowed: r.Allowed, Mode: r.Mode, Exempt: r.Exempt,
-		Violations: r.Violations, Warnings: r.Warnings, AuditAnnotations: r.AuditAnnotations, Patch: r.Patch,
+		Violations: r.Violations, OmittedViolations: r.OmittedViolations, OmittedRules: r.OmittedRules,
+		Warnings: r.Warnings, AuditAnnotations: r.AuditAnnotations, Patch: r.Patch,
 	}
 }
 
@@ -242,6 +247,9 @@ func printText(w io.Writer, results []checkedObject, skipped []string) {
 		}
 		for _, v := range r.Violations {
 			fmt.Fprintf(w, "        %s [%s]: %s\n", v.Path, v.Rule, v.Message)
+		}
+		if r.OmittedViolations > 0 {
+			fmt.Fprintf(w, "        and %d more violations %v\n", r.OmittedViolations, r.OmittedRules)
 		}
 		for _, s := range r.Warnings {
 			fmt.Fprintf(w, "        warning: %s\n", s)

@@ -14,11 +14,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -290,7 +292,35 @@ func TestRenderCEL(t *testing.T) {
 
 // TestWebhookStandalone runs `gpuguard webhook --policy-file` as a process with real
 // certificates and posts a review over TLS.
-func TestWebhookStandalone(t *testing.T) {
+// standaloneWebhook is the gpuguard binary serving the built-in policy.
+type standaloneWebhook struct {
+	port   int
+	client *http.Client
+	logs   *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer the process writes to while the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startStandaloneWebhook runs `gpuguard webhook --policy-file` with env added
+// until it is ready; at cleanup it sends SIGTERM and expects a clean exit.
+func startStandaloneWebhook(t *testing.T, env ...string) *standaloneWebhook {
+	t.Helper()
 	dir := t.TempDir()
 	ca, err := testcerts.NewCA()
 	if err != nil {
@@ -302,14 +332,16 @@ func TestWebhookStandalone(t *testing.T) {
 	port, probe := freePort(t), freePort(t)
 	cmd := exec.Command(binary, "webhook", "--policy-file", "--cert-dir", dir, "--host", "127.0.0.1",
 		"--port", strconv.Itoa(port), "--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(probe))
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.Env = append(os.Environ(), env...)
+	w := &standaloneWebhook{port: port, logs: &syncBuffer{},
+		client: &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}}
+	cmd.Stdout, cmd.Stderr = w.logs, w.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	defer func() {
+	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case err := <-exited:
@@ -319,42 +351,90 @@ func TestWebhookStandalone(t *testing.T) {
 		case <-time.After(90 * time.Second):
 			t.Error("the webhook did not exit on SIGTERM")
 		}
-	}()
+	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				break
+				return w
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not ready within 30s:\n%s", logs.String())
+			t.Fatalf("not ready within 30s:\n%s", w.logs.String())
 		}
 		time.Sleep(20 * time.Millisecond) // polling interval of the readiness wait
 	}
-	review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u1",
+}
+
+type reviewAnswer struct {
+	Response struct {
+		UID     string `json:"uid"`
+		Allowed bool   `json:"allowed"`
+		Patch   []byte `json:"patch"`
+	} `json:"response"`
+}
+
+// mutate posts a review of podJSON as uid to /mutate.
+func (w *standaloneWebhook) mutate(uid string) (reviewAnswer, error) {
+	review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"` + uid + `",
 "kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},
-"namespace":"team-a","operation":"CREATE","userInfo":{},"object":` + podJSON + `}}`
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
-	resp, err := client.Post(fmt.Sprintf("https://localhost:%d/mutate", port), "application/json", strings.NewReader(review))
+"namespace":"team-a","operation":"CREATE","userInfo":{"username":"alice"},"object":` + podJSON + `}}`
+	var out reviewAnswer
+	resp, err := w.client.Post(fmt.Sprintf("https://localhost:%d/mutate", w.port), "application/json", strings.NewReader(review))
 	if err != nil {
-		t.Fatal(err)
+		return out, err
 	}
 	defer resp.Body.Close()
-	var out struct {
-		Response struct {
-			UID     string `json:"uid"`
-			Allowed bool   `json:"allowed"`
-			Patch   []byte `json:"patch"`
-		} `json:"response"`
+	if resp.StatusCode != http.StatusOK {
+		return out, fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+	return out, json.NewDecoder(resp.Body).Decode(&out)
+}
+
+func TestWebhookStandalone(t *testing.T) {
+	w := startStandaloneWebhook(t, "GPUGUARD_MEMORY_LIMIT=268435456")
+	out, err := w.mutate("u1")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if out.Response.UID != "u1" || !out.Response.Allowed || !strings.Contains(string(out.Response.Patch), `"value":"void"`) {
 		t.Errorf("want the void injection, got %+v (patch %s)", out.Response, out.Response.Patch)
+	}
+	if !strings.Contains(w.logs.String(), `"goMemoryLimit":241591905`) {
+		t.Errorf("the Go memory limit was not set to 90%% of GPUGUARD_MEMORY_LIMIT:\n%s", w.logs.String())
+	}
+}
+
+// TestEveryDecisionIsLogged: decision lines are an audit trail, so none is
+// sampled away, however many arrive in a second (zap's production sampling
+// would keep about 100 a second of one message); each names the user.
+func TestEveryDecisionIsLogged(t *testing.T) {
+	w := startStandaloneWebhook(t)
+	const reviews, clients = 600, 8
+	var g errgroup.Group
+	for c := range clients {
+		g.Go(func() error {
+			for i := c; i < reviews; i += clients {
+				if _, err := w.mutate(fmt.Sprintf("u%d", i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	lines := 0
+	for _, line := range strings.Split(w.logs.String(), "\n") {
+		if strings.Contains(line, `"msg":"admission mutate"`) && strings.Contains(line, `"user":"alice"`) {
+			lines++
+		}
+	}
+	if lines != reviews {
+		t.Errorf("%d decision lines naming the user for %d decisions", lines, reviews)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/gpuguard/gpuguard/cel"
+	"github.com/gpuguard/gpuguard/internal/memlimit"
 	"github.com/gpuguard/gpuguard/webhook"
 )
 
@@ -92,6 +93,12 @@ mounted Secret.`,
 	fl.DurationVar(&f.audit.Interval, "audit-interval", 0, "audit what exists in the cluster this often, and after every policy change, on one elected replica (0: off)")
 	fl.BoolVar(&f.audit.Reports, "audit-reports", false, "write the background audit's results as OpenReports (openreports.io/v1alpha1 Report per namespace; needs its CRDs)")
 	fl.StringArrayVar(&f.audit.Excluded, "audit-exclude-namespace", nil, "namespace the background audit leaves out (repeatable; kube-system, kube-node-lease and the policy's always are)")
+	limits := webhook.DefaultLimits()
+	fl.Int64Var(&o.Limits.MaxReviews, "max-inflight-reviews", limits.MaxReviews, "reviews worked on at once; more wait up to --overload-wait, then get HTTP 429, which the failure policy handles")
+	fl.Int64Var(&o.Limits.MaxReviewBytes, "max-inflight-review-bytes", limits.MaxReviewBytes, "review body bytes worked on at once (a review of the largest pod the API server stores is about 3 MiB, and costs about ten times that to judge)")
+	fl.DurationVar(&o.Limits.Wait, "overload-wait", limits.Wait, "how long a review waits for room under the limits above")
+	fl.DurationVar(&o.ShutdownDelay, "shutdown-delay", 0, "after SIGTERM, keep serving this long while reporting not ready, so that the Service stops routing reviews here first")
+	fl.DurationVar(&o.APIReadTimeout, "api-read-timeout", 2*time.Second, "bound on each namespace or ConfigMap read a review needs; keep it under the webhooks' timeoutSeconds")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
 	fl.StringVar(&f.logFormat, "log-format", "json", "json or console")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info or error")
@@ -105,6 +112,7 @@ func (f *webhookFlags) run(cmd *cobra.Command) error {
 	}
 	ctrl.SetLogger(log)
 	f.opts.Log = log
+	memlimit.Set(log)
 	if f.opts.PolicyFile == "" {
 		if f.opts.PolicyConfigMap, err = namespacedName("--policy-configmap", f.policyConfigMap); err != nil {
 			return &exitError{exitUsage, err.Error()}
@@ -148,15 +156,27 @@ func namespacedName(flag, value string) (types.NamespacedName, error) {
 	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
+// restConfig has no client-side rate limit: admission reads must not queue
+// behind each other toward the webhook timeout, and the API server's own
+// priority and fairness already protects it.
 func restConfig(kubeconfig string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
 	if kubeconfig != "" {
-		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = ctrlconfig.GetConfig()
 	}
-	return ctrlconfig.GetConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = -1, 0
+	return cfg, nil
 }
 
-// newLogger makes a zap logger behind logr: JSON by default, one object per line.
-func newLogger(format, level string) (logr.Logger, error) {
+// newLogger makes a zap logger behind logr: JSON by default, one object per
+// line, to stderr or to outputPaths.
+func newLogger(format, level string, outputPaths ...string) (logr.Logger, error) {
 	var lvl zapcore.Level
 	if err := lvl.Set(level); err != nil {
 		return logr.Discard(), fmt.Errorf("--log-level %q: use debug, info or error", level)
@@ -171,6 +191,12 @@ func newLogger(format, level string) (logr.Logger, error) {
 	}
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
 	cfg.DisableStacktrace = true
+	// Never sampled: a decision line is an audit record, one per decision,
+	// however many come in a second.
+	cfg.Sampling = nil
+	if len(outputPaths) > 0 {
+		cfg.OutputPaths = outputPaths
+	}
 	z, err := cfg.Build()
 	if err != nil {
 		return logr.Discard(), err

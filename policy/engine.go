@@ -76,6 +76,11 @@ type Result struct {
 	// Exempt names the exemption that let the request through untouched.
 	Exempt     string      `json:"exempt,omitempty"`
 	Violations []Violation `json:"violations"`
+	// OmittedViolations counts the violations beyond the MaxFindings listed
+	// findings: the object is denied for them too.
+	OmittedViolations int `json:"omittedViolations,omitempty"`
+	// OmittedRules are the rules of the omitted violations, sorted.
+	OmittedRules []RuleID `json:"omittedRules,omitempty"`
 	// Warnings are returned to the client as admission warnings.
 	Warnings []string `json:"warnings"`
 	// AuditAnnotations are recorded in the API server's audit log.

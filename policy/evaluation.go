@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,8 +37,25 @@ type finding struct {
 // envEdits are the patch operations planned for one container's env.
 type envEdits struct {
 	replace map[int]string
-	remove  []int
+	remove  map[int]bool
 	add     []corev1.EnvVar
+}
+
+// MaxFindings is how many findings of each effect (deny, warn) an evaluation
+// lists in full; the rest are counted (Result.OmittedViolations and a closing
+// warning).
+const MaxFindings = 20
+
+// maxPatchRemovals is how many entries of one env list are removed one
+// operation each; beyond it the patch replaces the list with what is kept,
+// so that the patch never outgrows the object.
+const maxPatchRemovals = 16
+
+// omittedKey is what an omitted finding would have become.
+type omittedKey struct {
+	rule     RuleID
+	effect   effect
+	stripped bool
 }
 
 // evaluation is the state of one Evaluate call.
@@ -58,40 +76,65 @@ type evaluation struct {
 	// stripping: strip mode removes offending env entries in this evaluation.
 	stripping bool
 	findings  []finding
-	edits     map[int]*envEdits // by containerRef.pos
+	// kept counts the findings kept by effect, omitted those beyond.
+	kept    [2]int
+	omitted map[omittedKey]int
+	edits   map[int]*envEdits // by containerRef.pos
 }
 
 // report records a finding about a container, or about the pod when c is nil.
 func (ev *evaluation) report(rule RuleID, eff effect, c *containerRef, path, format string, args ...any) {
-	f := finding{rule: rule, effect: eff, path: path, message: fmt.Sprintf(format, args...)}
+	f := finding{rule: rule, effect: eff, path: path}
 	if c != nil {
 		f.container = c.c.Name
 	}
+	ev.keep(f, func(f *finding) { f.message = fmt.Sprintf(format, args...) })
+}
+
+// keep records a finding in full while fewer than MaxFindings of its effect
+// are kept, and otherwise only counts it: an object with tens of thousands of
+// offending entries costs a count each, not a formatted message each, and its
+// denial, warnings and log lines stay bounded. The decision still counts
+// every one, and a denied object always lists a reason.
+func (ev *evaluation) keep(f finding, describe func(*finding)) {
+	if ev.kept[f.effect] >= MaxFindings {
+		if ev.omitted == nil {
+			ev.omitted = map[omittedKey]int{}
+		}
+		ev.omitted[omittedKey{rule: f.rule, effect: f.effect, stripped: f.stripped}]++
+		return
+	}
+	ev.kept[f.effect]++
+	describe(&f)
 	ev.findings = append(ev.findings, f)
 }
 
 // reportEnv records a violation by env entry i of container c. In strip mode the
 // mutating phase removes the entry instead of denying.
 func (ev *evaluation) reportEnv(rule RuleID, c *containerRef, i int, format string, args ...any) {
-	path := c.path().Child("env").Index(i).String()
+	f := finding{rule: rule, effect: effectDeny, container: c.c.Name}
 	if !ev.t.isPod && ev.e.policy.Spec.Action == config.ActionStrip {
 		// Strip mode removes the entry from each pod the template makes: the
 		// controller itself is admitted, with a warning.
-		ev.report(rule, effectWarn, c, path, format+" (strip mode removes it from the pods)", args...)
-		return
+		f.effect = effectWarn
+		format += " (strip mode removes it from the pods)"
 	}
-	ev.report(rule, effectDeny, c, path, format, args...)
-	if ev.stripping {
-		v := &c.c.Env[i]
-		shown := v.Name + "=" + quote(v.Value)
-		if v.ValueFrom != nil {
-			shown = v.Name + " (valueFrom)"
+	f.stripped = f.effect == effectDeny && ev.stripping
+	if f.stripped {
+		ev.editsFor(c).remove[i] = true
+	}
+	ev.keep(f, func(f *finding) {
+		f.path = c.path().Child("env").Index(i).String()
+		f.message = fmt.Sprintf(format, args...)
+		if f.stripped {
+			v := &c.c.Env[i]
+			shown := v.Name + "=" + quote(v.Value)
+			if v.ValueFrom != nil {
+				shown = v.Name + " (valueFrom)"
+			}
+			f.message = fmt.Sprintf("removed %s from container %q", shown, c.c.Name)
 		}
-		f := &ev.findings[len(ev.findings)-1]
-		f.stripped = true
-		f.message = fmt.Sprintf("removed %s from container %q", shown, c.c.Name)
-		ev.editsFor(c).remove = appendUnique(ev.editsFor(c).remove, i)
-	}
+	})
 }
 
 func (ev *evaluation) editsFor(c *containerRef) *envEdits {
@@ -100,7 +143,7 @@ func (ev *evaluation) editsFor(c *containerRef) *envEdits {
 	}
 	ed := ev.edits[c.pos]
 	if ed == nil {
-		ed = &envEdits{}
+		ed = &envEdits{remove: map[int]bool{}}
 		ev.edits[c.pos] = ed
 	}
 	return ed
@@ -109,18 +152,12 @@ func (ev *evaluation) editsFor(c *containerRef) *envEdits {
 // removed reports whether entry i of container c is planned for removal.
 func (ev *evaluation) removed(c *containerRef, i int) bool {
 	ed := ev.edits[c.pos]
-	return ed != nil && slices.Contains(ed.remove, i)
-}
-
-func appendUnique(s []int, i int) []int {
-	if slices.Contains(s, i) {
-		return s
-	}
-	return append(s, i)
+	return ed != nil && ed.remove[i]
 }
 
 // patch renders the planned edits as JSON Patch operations against the object as
 // given: value replacements, then removals from the highest index down, then appends.
+// A list losing more than maxPatchRemovals entries is replaced whole instead.
 func (ev *evaluation) patch() []jsonpatch.Operation {
 	ops := []jsonpatch.Operation{}
 	for k, c := range ev.containers {
@@ -129,11 +166,14 @@ func (ev *evaluation) patch() []jsonpatch.Operation {
 			continue
 		}
 		env := c.pointer() + "/env"
+		if len(ed.remove) > maxPatchRemovals {
+			ops = append(ops, jsonpatch.NewOperation("replace", env, ed.keptEnv(c.c.Env)))
+			continue
+		}
 		for _, i := range sortedKeys(ed.replace) {
 			ops = append(ops, jsonpatch.NewOperation("replace", env+"/"+strconv.Itoa(i)+"/value", ed.replace[i]))
 		}
-		remove := slices.Clone(ed.remove)
-		slices.Sort(remove)
+		remove := slices.Sorted(maps.Keys(ed.remove))
 		for _, i := range slices.Backward(remove) {
 			ops = append(ops, jsonpatch.NewOperation("remove", env+"/"+strconv.Itoa(i), nil))
 		}
@@ -149,6 +189,22 @@ func (ev *evaluation) patch() []jsonpatch.Operation {
 		}
 	}
 	return ops
+}
+
+// keptEnv is env with the edits applied: values replaced, entries removed,
+// entries added.
+func (ed *envEdits) keptEnv(env []corev1.EnvVar) []corev1.EnvVar {
+	kept := make([]corev1.EnvVar, 0, len(env)-len(ed.remove)+len(ed.add))
+	for i, v := range env {
+		if ed.remove[i] {
+			continue
+		}
+		if value, ok := ed.replace[i]; ok {
+			v.Value = value
+		}
+		kept = append(kept, v)
+	}
+	return append(kept, ed.add...)
 }
 
 func sortedKeys(m map[int]string) []int {
@@ -179,10 +235,11 @@ func (ev *evaluation) result(mode config.Mode) Result {
 			advice = append(advice, warning(f.rule, f.message))
 		}
 	}
+	advice = append(advice, ev.addOmitted(&r, mode, audit)...)
 	// Advice is given by the validating phase, so that a client does not see it
 	// twice; a request the mutating phase denies never reaches validation, so
 	// there it comes with the denial.
-	if ev.phase == Validating || len(r.Violations) > 0 {
+	if ev.phase == Validating || r.denied() {
 		r.Warnings = append(r.Warnings, advice...)
 	}
 	if len(audit) > 0 {
@@ -191,12 +248,59 @@ func (ev *evaluation) result(mode config.Mode) Result {
 			r.AuditAnnotations[k] = strings.Join(v, "; ")
 		}
 	}
-	r.Allowed = len(r.Violations) == 0
+	r.Allowed = !r.denied()
 	if r.Allowed && ev.mutable {
 		r.Patch = ev.patch()
 	}
 	return r
 }
+
+// addOmitted accounts for the findings beyond MaxFindings, as result does for
+// the others: omitted violations are counted in the result, the rest are
+// summed up in one line each for the audit annotations, the warnings and the
+// advice it returns.
+func (ev *evaluation) addOmitted(r *Result, mode config.Mode, audit map[string][]string) (advice []string) {
+	if len(ev.omitted) == 0 {
+		return nil
+	}
+	var stripped, advised int
+	var strippedRules, advisedRules []string
+	for k, n := range ev.omitted {
+		switch {
+		case mode == config.ModeAudit:
+			audit[string(k.rule)] = append(audit[string(k.rule)], fmt.Sprintf("and %d more", n))
+		case k.stripped:
+			stripped += n
+			strippedRules = append(strippedRules, string(k.rule))
+		case k.effect == effectDeny && mode == config.ModeEnforce:
+			r.OmittedViolations += n
+			if !slices.Contains(r.OmittedRules, k.rule) {
+				r.OmittedRules = append(r.OmittedRules, k.rule)
+			}
+		default:
+			advised += n
+			advisedRules = append(advisedRules, string(k.rule))
+		}
+	}
+	slices.Sort(r.OmittedRules)
+	if stripped > 0 {
+		msg := fmt.Sprintf("removed %d more entries like those above", stripped)
+		r.Warnings = append(r.Warnings, warning(RuleID(firstSorted(strippedRules)), msg))
+		audit["stripped"] = append(audit["stripped"], msg)
+	}
+	if advised > 0 {
+		advice = append(advice, warning(RuleID(firstSorted(advisedRules)), fmt.Sprintf("%d more findings like those above", advised)))
+	}
+	return advice
+}
+
+func firstSorted(rules []string) string {
+	slices.Sort(rules)
+	return rules[0]
+}
+
+// denied: some violation, listed or omitted, applies.
+func (r *Result) denied() bool { return len(r.Violations) > 0 || r.OmittedViolations > 0 }
 
 // maxWarning is the longest admission warning gpuguard returns: kubectl prints them
 // one per line.

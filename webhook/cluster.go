@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"k8s.io/client-go/kubernetes"
 	"net/http"
+	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -59,7 +60,7 @@ func runInCluster(ctx context.Context, o Options) error {
 	}
 	m := DefaultMetrics()
 	source := NewPolicySource(m, o.Log.WithName("policy"))
-	namespaces := newNamespaceCache(mgr.GetCache(), mgr.GetAPIReader())
+	namespaces := newNamespaceCache(mgr.GetCache(), mgr.GetAPIReader(), o.APIReadTimeout)
 	reconciler := &policyReconciler{
 		key: o.PolicyConfigMap, reader: mgr.GetClient(), apiReader: mgr.GetAPIReader(), source: source,
 		events: mgr.GetEventRecorder("gpuguard"), metrics: m, log: o.Log.WithName("policy"),
@@ -82,24 +83,26 @@ func runInCluster(ctx context.Context, o Options) error {
 	if err := mgr.Add(namespaces); err != nil {
 		return err
 	}
-	configMaps := newConfigMapReader(mgr.GetAPIReader(), o.ConfigMapCacheTTL, m)
+	configMaps := newConfigMapReader(mgr.GetAPIReader(), o.ConfigMapCacheTTL, o.APIReadTimeout, m)
 	srv := newWebhookServer(o)
-	registerHandlers(srv, func(phase policy.Phase) *Handler {
+	serveCtx := afterDelay(ctx, o.ShutdownDelay)
+	registerHandlers(srv, newGate(o.limits(), source.loaded, serveCtx.Done(), m), func(phase policy.Phase) *Handler {
 		return &Handler{Phase: phase, Policies: source, Namespaces: namespaces, ConfigMaps: configMaps,
 			Metrics: m, Log: o.Log.WithName(string(phase))}
 	})
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	for name, check := range map[string]healthz.Checker{"policy": source.Ready, "namespaces": namespaces.Ready, "webhook": srv.StartedChecker()} {
+	for name, check := range map[string]healthz.Checker{"policy": source.Ready, "namespaces": namespaces.Ready,
+		"webhook": srv.StartedChecker(), "stopping": notStopping(ctx)} {
 		if err := mgr.AddReadyzCheck(name, check); err != nil {
 			return err
 		}
 	}
-	if err := addWebhookServer(mgr, srv, o); err != nil {
+	if err := addWebhookServer(mgr, afterPolicy(srv, source), o); err != nil {
 		return err
 	}
-	return mgr.Start(ctx)
+	return mgr.Start(serveCtx)
 }
 
 // addAuditor adds the background audit, which elects its own replica.
@@ -165,13 +168,14 @@ func addWebhookServer(mgr manager.Manager, srv manager.Runnable, o Options) erro
 // the API server for a namespace the informer has not seen yet (one created a
 // moment before its first pod).
 type namespaceCache struct {
-	cache  cache.Cache
-	reader client.Reader
-	synced chan struct{}
+	cache   cache.Cache
+	reader  client.Reader
+	timeout time.Duration // of one read from the API server
+	synced  chan struct{}
 }
 
-func newNamespaceCache(c cache.Cache, r client.Reader) *namespaceCache {
-	return &namespaceCache{cache: c, reader: r, synced: make(chan struct{})}
+func newNamespaceCache(c cache.Cache, r client.Reader, timeout time.Duration) *namespaceCache {
+	return &namespaceCache{cache: c, reader: r, timeout: timeout, synced: make(chan struct{})}
 }
 
 func namespaceMeta() *metav1.PartialObjectMetadata {
@@ -195,6 +199,8 @@ func (n *namespaceCache) NamespaceLabels(ctx context.Context, name string) (map[
 	m := namespaceMeta()
 	err := n.cache.Get(ctx, client.ObjectKey{Name: name}, m)
 	if apierrors.IsNotFound(err) {
+		ctx, cancel := withReadTimeout(ctx, n.timeout)
+		defer cancel()
 		err = n.reader.Get(ctx, client.ObjectKey{Name: name}, m)
 	}
 	if err != nil {

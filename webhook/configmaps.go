@@ -19,14 +19,15 @@ type configMapReader struct {
 	reader  client.Reader
 	cache   *utilcache.LRUExpireCache
 	ttl     time.Duration
+	timeout time.Duration // of one read, well inside the webhook's own timeout
 	metrics *Metrics
 }
 
 // configMapCacheSize bounds memory: entries beyond it are evicted oldest first.
 const configMapCacheSize = 1024
 
-func newConfigMapReader(r client.Reader, ttl time.Duration, m *Metrics) *configMapReader {
-	return &configMapReader{reader: r, cache: utilcache.NewLRUExpireCache(configMapCacheSize), ttl: ttl, metrics: m}
+func newConfigMapReader(r client.Reader, ttl, timeout time.Duration, m *Metrics) *configMapReader {
+	return &configMapReader{reader: r, cache: utilcache.NewLRUExpireCache(configMapCacheSize), ttl: ttl, timeout: timeout, metrics: m}
 }
 
 // cachedConfigMap is a cached answer; data is nil for a ConfigMap that was not found.
@@ -41,6 +42,8 @@ func (c *configMapReader) ConfigMapData(ctx context.Context, namespace, name str
 		return found(v.(cachedConfigMap))
 	}
 	cm := &corev1.ConfigMap{}
+	ctx, cancel := withReadTimeout(ctx, c.timeout)
+	defer cancel()
 	err := c.reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cm)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -65,4 +68,12 @@ func found(c cachedConfigMap) (map[string]string, error) {
 		return nil, policy.ErrConfigMapNotFound
 	}
 	return c.data, nil
+}
+
+// withReadTimeout bounds one API read; zero leaves ctx as it is.
+func withReadTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
 }

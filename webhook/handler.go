@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -61,6 +62,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	if decision == "deny" || decision == "mutate" || (decision == "warn" && h.Phase == policy.Validating) {
 		h.Log.Info("admission "+decision, "uid", req.UID, "phase", h.Phase, "namespace", req.Namespace,
 			"name", objectName(req, preq.Object), "kind", kind, "operation", req.Operation, "rules", rulesOf(result),
+			"findings", len(result.Violations)+result.OmittedViolations, "user", req.UserInfo.Username,
 			"mode", result.Mode, "dryRun", req.DryRun != nil && *req.DryRun)
 	}
 	return responseFor(result, kind)
@@ -130,6 +132,9 @@ func denialMessage(r policy.Result, kind string) string {
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "\n- %s [%s]: %s", v.Path, v.Rule, v.Message)
 	}
+	if r.OmittedViolations > 0 {
+		fmt.Fprintf(&b, "\n- and %d more violations %v", r.OmittedViolations, r.OmittedRules)
+	}
 	return b.String()
 }
 
@@ -147,10 +152,15 @@ func decisionOf(r policy.Result) string {
 	return "allow"
 }
 
+// rulesOf names each rule of the result once, sorted: a pod with thousands
+// of offending entries is one log field and one metric increment per rule.
 func rulesOf(r policy.Result) []string {
 	var rules []string
 	for _, v := range r.Violations {
 		rules = append(rules, string(v.Rule))
+	}
+	for _, rule := range r.OmittedRules {
+		rules = append(rules, string(rule))
 	}
 	for _, w := range r.Warnings {
 		if rest, ok := strings.CutPrefix(w, "gpuguard "); ok {
@@ -159,7 +169,8 @@ func rulesOf(r policy.Result) []string {
 			}
 		}
 	}
-	return rules
+	slices.Sort(rules)
+	return slices.Compact(rules)
 }
 
 func (h *Handler) count(req admission.Request, decision, rule string) {

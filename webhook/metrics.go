@@ -19,6 +19,7 @@ type Metrics struct {
 	BackstopSyncs    *prometheus.CounterVec
 	AuditRuns        *prometheus.CounterVec
 	AuditObjects     *prometheus.GaugeVec
+	Refused          *prometheus.CounterVec
 }
 
 var (
@@ -32,7 +33,7 @@ func DefaultMetrics() *Metrics {
 		metrics = NewMetrics()
 		ctrlmetrics.Registry.MustRegister(metrics.Decisions, metrics.Evaluation, metrics.PolicyReloads,
 			metrics.PolicyInfo, metrics.MissingExemptNS, metrics.ConfigMapLookups, metrics.BackstopSyncs,
-			metrics.AuditRuns, metrics.AuditObjects)
+			metrics.AuditRuns, metrics.AuditObjects, metrics.Refused)
 	})
 	return metrics
 }
@@ -77,5 +78,9 @@ func NewMetrics() *Metrics {
 			Name: "gpuguard_audit_objects",
 			Help: "Existing pods and pod controllers the last background audit judged, by verdict: allow, warn or deny.",
 		}, []string{"verdict"}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuguard_admission_refused_total",
+			Help: "Reviews answered with an HTTP error instead of a verdict, so that the failure policy applies, by reason: no-policy, stopping, overloaded.",
+		}, []string{"reason"}),
 	}
 }

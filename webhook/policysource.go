@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"sync"
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
@@ -24,6 +25,9 @@ type PolicySource struct {
 	current atomic.Pointer[activePolicy]
 	metrics *Metrics
 	log     logr.Logger
+	// loadedOnce is closed when the first policy is in force.
+	loadedOnce chan struct{}
+	closeOnce  sync.Once
 }
 
 type activePolicy struct {
@@ -34,8 +38,11 @@ type activePolicy struct {
 
 // NewPolicySource makes an empty source; Ready fails until Load succeeds.
 func NewPolicySource(m *Metrics, log logr.Logger) *PolicySource {
-	return &PolicySource{metrics: m, log: log}
+	return &PolicySource{metrics: m, log: log, loadedOnce: make(chan struct{})}
 }
+
+// loaded says whether a policy is in force.
+func (s *PolicySource) loaded() bool { return s.current.Load() != nil }
 
 // Engine returns the engine of the policy in force, or nil.
 func (s *PolicySource) Engine() *policy.Engine {
@@ -76,6 +83,7 @@ func (s *PolicySource) install(source string, data []byte, e *policy.Engine) boo
 		return false
 	}
 	s.current.Store(&activePolicy{engine: e, hash: hash, source: source})
+	s.closeOnce.Do(func() { close(s.loadedOnce) })
 	s.metrics.PolicyReloads.WithLabelValues("success").Inc()
 	s.metrics.PolicyInfo.Reset()
 	s.metrics.PolicyInfo.WithLabelValues(hash, string(e.Policy().Spec.Mode)).Set(1)

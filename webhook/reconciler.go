@@ -39,6 +39,9 @@ type policyReconciler struct {
 	log       logr.Logger
 	// backstop, when set, is re-applied after every load that changes the policy.
 	backstop *backstopSync
+	// lastSeen is the ConfigMap as last read: a deletion's Event names it, so
+	// that each deletion is an Event of its own rather than a repeat of the last.
+	lastSeen *corev1.ConfigMap
 }
 
 func (r *policyReconciler) setup(mgr manager.Manager) error {
@@ -54,27 +57,28 @@ func (r *policyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	err := r.reader.Get(ctx, r.key, cm)
 	switch {
 	case apierrors.IsNotFound(err):
-		r.log.Error(err, "policy ConfigMap not found; the last good policy stays in force", "configMap", r.key, "policyHash", r.source.Hash())
-		r.record(r.placeholder(), corev1.EventTypeWarning, ReasonPolicyMissing,
-			"policy ConfigMap not found; the last good policy stays in force (hash %q)", r.source.Hash())
+		r.recordMissing(err)
 		return ctrl.Result{}, nil
 	case err != nil:
 		return ctrl.Result{}, err
 	}
+	r.lastSeen = cm
 	data, ok := cm.Data[config.ConfigMapKey]
 	if !ok {
 		r.metrics.PolicyReloads.WithLabelValues("error").Inc()
-		r.record(cm, corev1.EventTypeWarning, ReasonPolicyInvalid, "no key %q; the last good policy stays in force", config.ConfigMapKey)
+		r.record(cm, corev1.EventTypeWarning, ReasonPolicyInvalid, "resourceVersion %s has no key %q; the last good policy (hash %q) stays in force",
+			cm.ResourceVersion, config.ConfigMapKey, r.source.Hash())
 		return ctrl.Result{}, nil
 	}
 	source := fmt.Sprintf("configmap %s key %s", r.key, config.ConfigMapKey)
 	changed, err := r.source.Load(source, []byte(data))
 	if err != nil {
-		r.record(cm, corev1.EventTypeWarning, ReasonPolicyInvalid, "policy not loaded, the last good policy stays in force: %s", truncate(err.Error(), 900))
+		r.record(cm, corev1.EventTypeWarning, ReasonPolicyInvalid, "resourceVersion %s not loaded, the last good policy (hash %q) stays in force: %s",
+			cm.ResourceVersion, r.source.Hash(), truncate(err.Error(), 800))
 		return ctrl.Result{}, nil
 	}
 	if changed {
-		r.record(cm, corev1.EventTypeNormal, ReasonPolicyLoaded, "policy %s in force", r.source.Hash())
+		r.record(cm, corev1.EventTypeNormal, ReasonPolicyLoaded, "policy %s in force (resourceVersion %s)", r.source.Hash(), cm.ResourceVersion)
 	}
 	if r.backstop != nil && r.backstop.applied != r.source.Hash() {
 		if err := r.backstop.apply(ctx, r.source.Engine().Policy()); err != nil {
@@ -114,12 +118,26 @@ func (r *policyReconciler) checkExemptNamespaces(ctx context.Context) {
 	r.metrics.MissingExemptNS.Set(float64(missing))
 }
 
-// placeholder stands for a deleted ConfigMap in Events.
-func (r *policyReconciler) placeholder() *corev1.ConfigMap {
-	return &corev1.ConfigMap{
+// recordMissing logs and records that the ConfigMap is gone. The Event is on
+// the ConfigMap as last seen, with its UID, so that every deletion of a
+// recreated ConfigMap is an Event of its own: the events library folds
+// identical Events on one object into a series it reports only now and then.
+func (r *policyReconciler) recordMissing(err error) {
+	r.log.Error(err, "policy ConfigMap not found; the last good policy stays in force", "configMap", r.key, "policyHash", r.source.Hash())
+	gone := &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: r.key.Namespace, Name: r.key.Name},
 	}
+	if r.lastSeen == nil {
+		r.record(gone, corev1.EventTypeWarning, ReasonPolicyMissing,
+			"policy ConfigMap not found; the last good policy (hash %q) stays in force", r.source.Hash())
+		return
+	}
+	gone.UID, gone.ResourceVersion = r.lastSeen.UID, r.lastSeen.ResourceVersion
+	r.record(gone, corev1.EventTypeWarning, ReasonPolicyMissing,
+		"policy ConfigMap (uid %s, resourceVersion %s) deleted; the last good policy (hash %q) stays in force",
+		gone.UID, gone.ResourceVersion, r.source.Hash())
+	r.lastSeen = nil
 }
 
 func (r *policyReconciler) record(cm *corev1.ConfigMap, eventType, reason, format string, args ...any) {

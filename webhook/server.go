@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -72,13 +73,26 @@ type Options struct {
 	// Audit, when set, runs the background audit (and writes OpenReports).
 	Audit *AuditOptions
 
+	// Limits bound the reviews in flight; zero values take DefaultLimits.
+	Limits Limits
+	// ShutdownDelay keeps serving this long after ctx is done, reporting not
+	// ready, so that the Service stops sending reviews before the server stops.
+	ShutdownDelay time.Duration
+	// APIReadTimeout bounds each namespace or ConfigMap read a review needs;
+	// keep it well under the webhook configurations' timeoutSeconds.
+	APIReadTimeout time.Duration
+
 	// RestConfig reaches the API server (not needed standalone).
 	RestConfig *rest.Config
 	Log        logr.Logger
 }
 
-// Run serves until ctx is done, then finishes the reviews in flight.
+// Run serves until ctx is done (and ShutdownDelay has passed), then finishes the
+// reviews in flight.
 func Run(ctx context.Context, o Options) error {
+	if err := o.limits().Validate(); err != nil {
+		return err
+	}
 	if o.PolicyFile != "" {
 		return runStandalone(ctx, o)
 	}
@@ -102,11 +116,64 @@ func newWebhookServer(o Options) ctrlwebhook.Server {
 	})
 }
 
-// registerHandlers puts the two phases on the server.
-func registerHandlers(srv ctrlwebhook.Server, handler func(policy.Phase) *Handler) {
+func (o Options) limits() Limits {
+	l, d := o.Limits, DefaultLimits()
+	if l.MaxReviews == 0 {
+		l.MaxReviews = d.MaxReviews
+	}
+	if l.MaxReviewBytes == 0 {
+		l.MaxReviewBytes = d.MaxReviewBytes
+	}
+	if l.Wait == 0 {
+		l.Wait = d.Wait
+	}
+	return l
+}
+
+// registerHandlers puts the two phases on the server, behind the gate.
+func registerHandlers(srv ctrlwebhook.Server, g *gate, handler func(policy.Phase) *Handler) {
 	for path, phase := range map[string]policy.Phase{MutatePath: policy.Mutating, ValidatePath: policy.Validating} {
 		hook := &admission.Webhook{Handler: handler(phase)}
-		srv.Register(path, requireRequest(withRequestTimeout(hook)))
+		srv.Register(path, g.wrap(requireRequest(withRequestTimeout(hook))))
+	}
+}
+
+// afterPolicy starts the server once the first policy is loaded: before it,
+// the API server finds the port closed and its failure policy applies.
+func afterPolicy(srv ctrlwebhook.Server, source *PolicySource) manager.Runnable {
+	return manager.RunnableFunc(func(ctx context.Context) error {
+		select {
+		case <-source.loadedOnce:
+			return srv.Start(ctx)
+		case <-ctx.Done():
+			return nil
+		}
+	})
+}
+
+// afterDelay is done d after ctx is.
+func afterDelay(ctx context.Context, d time.Duration) context.Context {
+	if d <= 0 {
+		return ctx
+	}
+	delayed, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		<-ctx.Done()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		<-t.C
+		cancel()
+	}()
+	return delayed
+}
+
+// notStopping is a readiness check that fails once ctx is done.
+func notStopping(ctx context.Context) healthz.Checker {
+	return func(*http.Request) error {
+		if ctx.Err() != nil {
+			return errors.New("shutting down")
+		}
+		return nil
 	}
 }
 
@@ -140,10 +207,12 @@ func runStandalone(ctx context.Context, o Options) error {
 		return fmt.Errorf("invalid policy:\n%w", err)
 	}
 	srv := newWebhookServer(o)
-	registerHandlers(srv, func(phase policy.Phase) *Handler {
+	stopping := ctx
+	ctx = afterDelay(ctx, o.ShutdownDelay)
+	registerHandlers(srv, newGate(o.limits(), source.loaded, ctx.Done(), m), func(phase policy.Phase) *Handler {
 		return &Handler{Phase: phase, Policies: source, Metrics: m, Log: o.Log.WithName(string(phase))}
 	})
-	probes := &http.Server{Addr: o.ProbeAddr, Handler: probeMux(source.Ready, srv.StartedChecker()), ReadHeaderTimeout: 5 * time.Second}
+	probes := &http.Server{Addr: o.ProbeAddr, Handler: probeMux(source.Ready, srv.StartedChecker(), notStopping(stopping)), ReadHeaderTimeout: 5 * time.Second}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Start(ctx) })
 	if o.ProbeAddr != "" && o.ProbeAddr != "0" {
@@ -154,11 +223,11 @@ func runStandalone(ctx context.Context, o Options) error {
 
 // probeMux serves /healthz, /readyz (policy loaded and TLS server answering) and
 // /metrics on one plain-HTTP listener.
-func probeMux(policyReady, serverStarted healthz.Checker) *http.ServeMux {
+func probeMux(policyReady, serverStarted, notStopping healthz.Checker) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/healthz", http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}))
 	mux.Handle("/readyz", http.StripPrefix("/readyz", &healthz.Handler{Checks: map[string]healthz.Checker{
-		"policy": policyReady, "webhook": serverStarted}}))
+		"policy": policyReady, "webhook": serverStarted, "stopping": notStopping}}))
 	mux.Handle("/metrics", promhttp.HandlerFor(ctrlmetrics.Registry, promhttp.HandlerOpts{}))
 	return mux
 }

@@ -1,0 +1,142 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/zapr"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/gpuguard/gpuguard/policy"
+)
+
+// blocking is a handler that holds every request until release is closed.
+type blocking struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blocking) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	b.entered <- struct{}{}
+	<-b.release
+	w.WriteHeader(http.StatusOK)
+}
+
+func serveGated(g *gate, body string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/validate", strings.NewReader(body))
+	g.wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })).ServeHTTP(rec, req)
+	return rec
+}
+
+// TestGateAnswersHTTPErrorsNotVerdicts: without a policy, while stopping,
+// and over its limits, the webhook answers an HTTP error, which the API
+// server treats as a failed call (failurePolicy), never a denial.
+func TestGateAnswersHTTPErrorsNotVerdicts(t *testing.T) {
+	m := NewMetrics()
+	loaded := false
+	stopping := make(chan struct{})
+	g := newGate(Limits{MaxReviews: 1, MaxReviewBytes: 100, Wait: 50 * time.Millisecond}, func() bool { return loaded }, stopping, m)
+
+	if rec := serveGated(g, "{}"); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("no policy: HTTP %d, want 503 with Retry-After", rec.Code)
+	}
+	loaded = true
+	if rec := serveGated(g, "{}"); rec.Code != http.StatusOK {
+		t.Errorf("with a policy: HTTP %d", rec.Code)
+	}
+
+	// One review in flight fills MaxReviews: the next waits, then gets 429.
+	b := &blocking{entered: make(chan struct{}), release: make(chan struct{})}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		g.wrap(b).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/validate", strings.NewReader("{}")))
+	})
+	<-b.entered
+	if rec := serveGated(g, "{}"); rec.Code != http.StatusTooManyRequests {
+		t.Errorf("over MaxReviews: HTTP %d, want 429", rec.Code)
+	}
+	close(b.release)
+	wg.Wait()
+	if rec := serveGated(g, strings.Repeat("x", 101)); rec.Code != http.StatusTooManyRequests {
+		t.Errorf("a body over MaxReviewBytes: HTTP %d, want 429", rec.Code)
+	}
+	if rec := serveGated(g, "{}"); rec.Code != http.StatusOK {
+		t.Errorf("after the load: HTTP %d", rec.Code)
+	}
+
+	close(stopping)
+	if rec := serveGated(g, "{}"); rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("stopping: HTTP %d, want 503", rec.Code)
+	}
+	for reason, want := range map[string]float64{"no-policy": 1, "overloaded": 2, "stopping": 1} {
+		if got := testutil.ToFloat64(m.Refused.WithLabelValues(reason)); got != want {
+			t.Errorf("refused{reason=%s} = %v, want %v", reason, got, want)
+		}
+	}
+}
+
+func TestLimitsValidate(t *testing.T) {
+	if err := DefaultLimits().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []Limits{{MaxReviews: 0, MaxReviewBytes: 16 << 20}, {MaxReviews: 1, MaxReviewBytes: 1 << 20}} {
+		if err := l.Validate(); err == nil {
+			t.Errorf("%+v accepted", l)
+		}
+	}
+}
+
+// TestFloodedPodGetsABoundedDenial: a pod with 60,000 offending entries (what
+// the API server accepts) is denied with a message of a few kilobytes, and
+// its log line names each rule once.
+func TestFloodedPodGetsABoundedDenial(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "flood", Namespace: "team"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}
+	for range 60000 {
+		pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"})
+	}
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	h := &Handler{Phase: policy.Mutating, Policies: loadedSource(t, ""), Metrics: NewMetrics(), Log: bufferLogger(&logs)}
+	resp := h.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "u", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Operation: admissionv1.Create,
+		Namespace: "team", Object: runtime.RawExtension{Raw: raw}}})
+	if resp.Allowed {
+		t.Fatal("allowed")
+	}
+	msg := resp.Result.Message
+	if len(msg) > 4096 || !strings.Contains(msg, "and 59980 more violations [device-env]") {
+		t.Errorf("denial of %d bytes, want under 4 KiB ending in the count of the rest:\n%s", len(msg), msg)
+	}
+	if got := testutil.ToFloat64(h.Metrics.Decisions.WithLabelValues("mutating", "CREATE", "Pod", "deny", "device-env")); got != 1 {
+		t.Errorf("the decision was counted %v times for its rule, want once", got)
+	}
+	if !strings.Contains(logs.String(), `"rules":["device-env"]`) || !strings.Contains(logs.String(), `"findings":60000`) {
+		t.Errorf("log line: %s", logs.String())
+	}
+}
+
+// bufferLogger logs JSON lines into buf, as the webhook does to stderr.
+func bufferLogger(buf *bytes.Buffer) logr.Logger {
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(buf), zapcore.DebugLevel)
+	return zapr.NewLogger(zap.New(core))
+}
