@@ -10,7 +10,8 @@ import (
 )
 
 // maxReviewBytes bounds what requireRequest reads: the limit controller-runtime
-// applies to an admission body, which it then answers itself.
+// applies to an admission body. The API server stores objects of up to 3 MiB,
+// so a review (object and oldObject) stays under it.
 const maxReviewBytes = 7 << 20
 
 // reviewHead is the part of an AdmissionReview without which there is nothing
@@ -41,11 +42,15 @@ func requireRequest(next http.Handler) http.Handler {
 			http.Error(w, "admission review: reading the body: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		if len(body) <= maxReviewBytes {
-			if msg := reviewProblem(body); msg != "" {
-				http.Error(w, "admission review: "+msg, http.StatusBadRequest)
-				return
-			}
+		if len(body) > maxReviewBytes {
+			// An HTTP error, not controller-runtime's "errored" verdict, so
+			// that the failure policy decides.
+			http.Error(w, fmt.Sprintf("admission review: over %d bytes", maxReviewBytes), http.StatusRequestEntityTooLarge)
+			return
+		}
+		if msg := reviewProblem(body); msg != "" {
+			http.Error(w, "admission review: "+msg, http.StatusBadRequest)
+			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)

@@ -185,6 +185,16 @@ func TestServesOverTLS(t *testing.T) {
 		}
 	}
 
+	big := `{"request":{"uid":"u","operation":"CREATE","kind":{"kind":"Pod"},"object":"` + strings.Repeat("x", maxReviewBytes) + `"}}`
+	tooBig, err := s.client.Post(s.base+MutatePath, "application/json", strings.NewReader(big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tooBig.Body.Close()
+	if tooBig.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("a review over %d bytes: HTTP %d, want 413 (no verdict)", maxReviewBytes, tooBig.StatusCode)
+	}
+
 	s.stop(t) // graceful: Run returns nil
 }
 
