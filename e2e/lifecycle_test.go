@@ -85,6 +85,41 @@ func TestPolicyConfigMapLifecycle(t *testing.T) {
 	if denied, err := leakDenied(ctx); err != nil || denied {
 		t.Errorf("a deleted ConfigMap must keep the last good policy: denied=%v err=%v", denied, err)
 	}
+
+	// Recreated invalid and deleted again: each edit and each deletion is an
+	// Event of its own, not a repeat folded into the first.
+	invalid, missing := countEvents(t, "PolicyInvalid"), countEvents(t, "PolicyMissing")
+	if err := s.writePolicy(ctx, suitePolicy+"  mode: louder\n"); err != nil {
+		t.Fatal(err)
+	}
+	waitEventCount(t, "PolicyInvalid", invalid+1)
+	if err := s.cp.Client.CoreV1().ConfigMaps(releaseNS).Delete(ctx, policyName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitEventCount(t, "PolicyMissing", missing+1)
+}
+
+// countEvents counts the Events with reason on the policy ConfigMap.
+func countEvents(t *testing.T, reason string) int {
+	t.Helper()
+	events, err := s.cp.Client.CoreV1().Events(releaseNS).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range events.Items {
+		if e.Reason == reason && e.InvolvedObject.Name == policyName {
+			n++
+		}
+	}
+	return n
+}
+
+func waitEventCount(t *testing.T, reason string, n int) {
+	t.Helper()
+	if err := framework.Poll(context.Background(), 30*time.Second, func() (bool, error) { return countEvents(t, reason) >= n, nil }); err != nil {
+		t.Errorf("%d %s Events, want %d: each occurrence must be an Event of its own", countEvents(t, reason), reason, n)
+	}
 }
 
 func TestFailsClosedWhenTheWebhookIsDown(t *testing.T) {

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -48,6 +49,8 @@ type Webhook struct {
 	Port, ProbePort, MetricsPort int
 	// Extra flags, such as --cert-secret.
 	Extra []string
+	// Env is added to the process's environment.
+	Env []string
 	// Log collects the process's output.
 	Log string
 
@@ -86,6 +89,7 @@ func (w *Webhook) Start(policyConfigMap string) error {
 		return err
 	}
 	w.cmd = exec.Command(w.Binary, append(args, w.Extra...)...)
+	w.cmd.Env = append(os.Environ(), w.Env...)
 	w.cmd.Stdout, w.cmd.Stderr = log, log
 	if err := w.cmd.Start(); err != nil {
 		log.Close()
@@ -134,6 +138,25 @@ func (w *Webhook) Decisions(ctx context.Context, label string) (float64, error) 
 		}
 	}
 	return sum, nil
+}
+
+// PeakRSS is the most resident memory the running process has had, in
+// bytes (VmHWM).
+func (w *Webhook) PeakRSS() (int64, error) {
+	if w.cmd == nil || w.cmd.Process == nil {
+		return 0, errors.New("the webhook is not running")
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", w.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc/PID/status")
 }
 
 // Stop sends SIGTERM and waits for a clean exit.

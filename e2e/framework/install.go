@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,9 @@ type Installation struct {
 	CertDir   string
 	Binary    string
 }
+
+// WebhookMemoryLimit is the chart's memory limit of the webhook container.
+const WebhookMemoryLimit = 256 << 20
 
 // Install builds gpuguard from repoRoot and installs it in namespace with the given
 // policy document; excluded namespaces are left out of the webhooks' selector.
@@ -60,6 +64,8 @@ func Install(ctx context.Context, cp *ControlPlane, repoRoot, namespace, policyY
 	if in.Webhook, err = NewWebhook(in.Binary, kubeconfig, in.CertDir, cp.Dir()); err != nil {
 		return nil, err
 	}
+	// As the chart does, from the container's limit.
+	in.Webhook.Env = []string{"GPUGUARD_MEMORY_LIMIT=" + strconv.Itoa(WebhookMemoryLimit)}
 	if err := in.StartWebhook(ctx); err != nil {
 		return nil, err
 	}
