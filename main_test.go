@@ -22,6 +22,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuguard/gpuguard/internal/testcerts"
@@ -620,5 +622,31 @@ func TestGrantsAllGPUsLastEntryWins(t *testing.T) {
 		if got := grantsAllGPUs(tc.pod); got != tc.want {
 			t.Errorf("grantsAllGPUs(%v) = %v, want %v", tc.pod, got, tc.want)
 		}
+	}
+}
+
+// TestRestConfigIsNotThrottled: the webhook's API reads never queue behind
+// client-go's default 5 requests a second, with a kubeconfig as in a cluster.
+func TestRestConfigIsNotThrottled(t *testing.T) {
+	kubeconfig := writeFile(t, "kubeconfig", `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`)
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.GroupVersion = &corev1.SchemeGroupVersion
+	cfg.APIPath = "/api"
+	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	client, err := rest.RESTClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if client.GetRateLimiter() != nil {
+		t.Errorf("the webhook's client is rate limited (QPS %v)", cfg.QPS)
 	}
 }

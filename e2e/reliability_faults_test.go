@@ -4,8 +4,11 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,21 +116,8 @@ func testCrashFailClosed(t *testing.T) {
 // void and denies leaks, so creates go on and none is unguarded.
 func testCrashFailOpen(t *testing.T) {
 	ctx := context.Background()
-	open := admissionregistrationv1.Ignore
-	failOpen := &framework.WebhookConfigurations{Mutating: s.Configs.Mutating.DeepCopy(), Validating: s.Configs.Validating.DeepCopy()}
-	for i := range failOpen.Validating.Webhooks {
-		failOpen.Validating.Webhooks[i].FailurePolicy = &open
-	}
-	if err := failOpen.Install(ctx, s.cp.Client); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.installBackstop(ctx, true); err != nil {
-		t.Fatal(err)
-	}
+	installFailOpen(t)
 	defer s.restoreWebhooks(t)
-	if err := s.waitBackstop(ctx); err != nil {
-		t.Fatal(err)
-	}
 	l := newLoad(t, "crash-ignore")
 	stop := l.background(ctx, 8)
 	defer stop()
@@ -152,6 +142,73 @@ func testCrashFailOpen(t *testing.T) {
 		t.Errorf("%d creates failed with every webhook failing open: %v", f, l.failed)
 	}
 	l.check(t)
+}
+
+// testNoPolicyFailOpen starts the webhook while its ConfigMap holds no valid
+// policy, with every webhook failing open and the CEL backstop installed: the
+// webhook never opens its port (no verdict of its own), so the API server
+// ignores it and the backstop's rules apply: a plain pod is stored with void,
+// a leaking one is denied.
+func testNoPolicyFailOpen(t *testing.T) {
+	ctx := context.Background()
+	installFailOpen(t)
+	defer s.restoreWebhooks(t)
+	if err := s.Webhook.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.writePolicy(ctx, suitePolicy+"  mode: loud\n"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := s.writePolicy(ctx, suitePolicy); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Webhook.WaitReady(ctx, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	logged := len(readFile(t, s.Webhook.Log))
+	if err := s.Webhook.Start(releaseNS + "/" + policyName); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.Poll(ctx, time.Minute, func() (bool, error) {
+		return strings.Contains(readFile(t, s.Webhook.Log)[logged:], `spec.mode: Unsupported value: \"loud\"`), nil
+	}); err != nil {
+		t.Fatal("the restarted webhook never read the invalid policy")
+	}
+	if conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", s.Webhook.Port)); err == nil {
+		conn.Close()
+		t.Error("the webhook opened its port without a policy")
+	}
+	l := newLoad(t, "no-policy")
+	l.run(ctx, 4, 15, nil)
+	a, d, f := l.counts()
+	t.Logf("reliability: no valid policy at start, failurePolicy Ignore with the CEL backstop: %d admitted with void, %d denied by the backstop, %d client errors", a, d, f)
+	if f != 0 || a == 0 || d == 0 {
+		t.Errorf("%d admitted, %d denied, %d client errors; want the backstop to admit and deny, and no error: %v", a, d, f, l.failed)
+	}
+	l.check(t)
+}
+
+// installFailOpen makes every webhook fail open and installs the CEL
+// backstop; the caller restores the suite's webhooks.
+func installFailOpen(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	open := admissionregistrationv1.Ignore
+	failOpen := &framework.WebhookConfigurations{Mutating: s.Configs.Mutating.DeepCopy(), Validating: s.Configs.Validating.DeepCopy()}
+	for i := range failOpen.Validating.Webhooks {
+		failOpen.Validating.Webhooks[i].FailurePolicy = &open
+	}
+	if err := failOpen.Install(ctx, s.cp.Client); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.installBackstop(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.waitBackstop(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // testProjectedCertificateRotation serves the certificate the way a kubelet
