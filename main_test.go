@@ -429,15 +429,27 @@ func TestEveryDecisionIsLogged(t *testing.T) {
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
+	// The process's output reaches the test through a pipe, a moment after
+	// the answers: wait for it.
 	lines := 0
-	for _, line := range strings.Split(w.logs.String(), "\n") {
-		if strings.Contains(line, `"msg":"admission mutate"`) && strings.Contains(line, `"user":"alice"`) {
-			lines++
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) { // polling interval
+		if lines = decisionLines(w.logs.String()); lines >= reviews {
+			break
 		}
 	}
 	if lines != reviews {
 		t.Errorf("%d decision lines naming the user for %d decisions", lines, reviews)
 	}
+}
+
+func decisionLines(logs string) int {
+	n := 0
+	for line := range strings.SplitSeq(logs, "\n") {
+		if strings.Contains(line, `"msg":"admission mutate"`) && strings.Contains(line, `"user":"alice"`) {
+			n++
+		}
+	}
+	return n
 }
 
 const podJSON = `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"team-a"},"spec":{"containers":[{"name":"app","image":"busybox"}]}}`
