@@ -229,11 +229,14 @@ func testVerifierEnforceEvicts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the verifier did not evict %s within %v\n%s", leaking.Name, verifyDeadline, framework.Tail(s.node.AgentLog()))
 	}
-	m, err := s.node.AgentMetrics(ctx)
+	// Counted once the Eviction API has answered, which may be a moment
+	// after the pod shows its deletion.
+	const evicted = `gpuguard_agent_verify_evictions_total{result="evicted"}`
+	err = framework.Poll(ctx, verifyDeadline, func() (bool, error) {
+		m, err := s.node.AgentMetrics(ctx)
+		return err == nil && m[evicted] >= 1, nil
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if m[`gpuguard_agent_verify_evictions_total{result="evicted"}`] < 1 {
 		t.Errorf("the eviction was not counted")
 	}
 }
