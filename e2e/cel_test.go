@@ -13,7 +13,6 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -259,17 +258,7 @@ func TestCELBackstopJudgesStatusUpdates(t *testing.T) {
 // again, users see the webhook's own message.
 func TestCELBackstopWithTheWebhookDown(t *testing.T) {
 	ctx := context.Background()
-	open := admissionregistrationv1.Ignore
-	failOpen := &framework.WebhookConfigurations{Mutating: s.Configs.Mutating.DeepCopy(), Validating: s.Configs.Validating.DeepCopy()}
-	for i := range failOpen.Validating.Webhooks {
-		failOpen.Validating.Webhooks[i].FailurePolicy = &open
-	}
-	if err := failOpen.Install(ctx, s.cp.Client); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.installBackstop(ctx, true); err != nil {
-		t.Fatal(err)
-	}
+	installFailOpen(t)
 	defer s.restoreWebhooks(t)
 	if err := s.Webhook.Kill(); err != nil {
 		t.Fatal(err)

@@ -250,7 +250,8 @@ func TestAllocateIndexIDs(t *testing.T) {
 	}
 }
 
-func deviceIDs(t *testing.T, c pluginapi.DevicePluginClient) []string {
+// listDevices is the first device list the plugin sends.
+func listDevices(t *testing.T, c pluginapi.DevicePluginClient) []*pluginapi.Device {
 	t.Helper()
 	stream, err := c.ListAndWatch(ctxT(t), &pluginapi.Empty{})
 	if err != nil {
@@ -260,8 +261,13 @@ func deviceIDs(t *testing.T, c pluginapi.DevicePluginClient) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r.Devices
+}
+
+func deviceIDs(t *testing.T, c pluginapi.DevicePluginClient) []string {
+	t.Helper()
 	var ids []string
-	for _, d := range r.Devices {
+	for _, d := range listDevices(t, c) {
 		ids = append(ids, d.ID)
 	}
 	return ids

@@ -88,16 +88,8 @@ func TestUnhealthyGPUFailsAllItsShares(t *testing.T) {
 		t.Fatalf("Has answers by share ID, not GPU UUID")
 	}
 	p.SetHealth(bad, false, "XID 79")
-	stream, err := c.ListAndWatch(ctxT(t), &pluginapi.Empty{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	list, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var unhealthy []string
-	for _, d := range list.Devices {
+	for _, d := range listDevices(t, c) {
 		if d.Health == pluginapi.Unhealthy {
 			unhealthy = append(unhealthy, d.ID)
 		}
