@@ -36,9 +36,11 @@ lint: $(BIN)/staticcheck
 $(BIN)/staticcheck:
 	GOBIN=$(CURDIR)/$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-# Bounded fuzzing of the policy engine, seeded from the golden fixtures.
+# Bounded fuzzing, seeded from the golden fixtures: the policy engine alone,
+# then the engine against the CEL backstop evaluated in-process.
 fuzz:
 	$(GO) test ./policy -run '^$$' -fuzz '^FuzzEvaluate$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./cel -run '^$$' -fuzz '^FuzzParity$$' -fuzztime $(FUZZTIME)
 
 bench:
 	$(GO) test ./... -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME)

@@ -20,7 +20,9 @@ func (r *rules) mutatingPolicy(name string) *admissionregistrationv1.MutatingAdm
 			patches = append(patches, r.voidPatches(l))
 		}
 	} else {
-		patches = []string{"[]"}
+		// An empty list of JSONPatch: a bare [] is a list(dyn), which the API
+		// server refuses at evaluation, failing every pod closed.
+		patches = []string{`[JSONPatch{op: "test", path: "/kind", value: "Pod"}].filter(p, false)`}
 	}
 	conds := append(r.exemptions(), admissionregistrationv1.MatchCondition{Name: "not-a-mirror-pod", Expression: "!" + mirrorPod})
 	return &admissionregistrationv1.MutatingAdmissionPolicy{

@@ -22,6 +22,7 @@ import (
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/internal/fixtures"
 	"github.com/gpuguard/gpuguard/policy"
 )
 
@@ -169,7 +170,7 @@ func backstopFixture(t *testing.T, dyn dynamic.Interface, engine *policy.Engine,
 	}
 	typed, u := fixtureObject(t, f, ns)
 	want, err := engine.Admit(ctx, policy.Request{Operation: admissionv1.Create, Namespace: ns, Object: typed,
-		ConfigMaps: fixtureConfigMaps(f.ConfigMaps)})
+		ConfigMaps: fixtures.ConfigMaps(f.ConfigMaps).InNamespace(ns)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,17 +214,6 @@ func compareEffectiveDevices(t *testing.T, pod *corev1.Pod, want policy.Result, 
 			t.Errorf("container %s: NVIDIA_VISIBLE_DEVICES=%s with the backstop, %s with the engine", c.Name, got, exp)
 		}
 	}
-}
-
-type fixtureConfigMaps []corev1.ConfigMap
-
-func (cms fixtureConfigMaps) ConfigMapData(_ context.Context, _, name string) (map[string]string, error) {
-	for _, cm := range cms {
-		if cm.Name == name {
-			return cm.Data, nil
-		}
-	}
-	return nil, policy.ErrConfigMapNotFound
 }
 
 // TestCELBackstopJudgesStatusUpdates: with the backstop alone, a pods/status

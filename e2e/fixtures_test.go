@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,33 +20,25 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/internal/fixtures"
 	"github.com/gpuguard/gpuguard/internal/manifest"
 	"github.com/gpuguard/gpuguard/policy"
 )
 
-// fixture is the part of policy/testdata's fixtures this suite uses.
-type fixture struct {
-	Expect          []string           `json:"expect"`
-	Phase           string             `json:"phase"`
-	Operation       string             `json:"operation"`
-	SubResource     string             `json:"subResource"`
-	Namespace       string             `json:"namespace"`
-	NamespaceLabels map[string]string  `json:"namespaceLabels"`
-	Username        string             `json:"username"`
-	Policy          map[string]any     `json:"policy"`
-	ConfigMaps      []corev1.ConfigMap `json:"configMaps"`
-	Object          json.RawMessage    `json:"object"`
-	OldObject       json.RawMessage    `json:"oldObject"`
-}
+// fixture is a case of the engine's fixtures (policy/testdata).
+type fixture = fixtures.Fixture
 
-// plain: a CREATE under the default policy, as a tenant would send it.
-func (f *fixture) plain() bool {
-	return (f.Operation == "" || f.Operation == "CREATE") && f.Phase == "" && f.SubResource == "" &&
-		len(f.Policy) == 0 && f.Username == "" && len(f.NamespaceLabels) == 0 && f.Namespace == ""
+// expectedRules are a fail fixture's rules, sorted, once each.
+func expectedRules(f *fixture) []string {
+	var want []string
+	for _, r := range f.Expect {
+		want = append(want, string(r))
+	}
+	slices.Sort(want)
+	return slices.Compact(want)
 }
 
 var resources = map[string]schema.GroupVersionResource{
@@ -86,7 +77,7 @@ type namedFixture struct {
 // plainFixtures loads the engine's fixtures that are plain CREATEs under the
 // default policy, as a tenant would send them.
 func plainFixtures(t *testing.T) []namedFixture {
-	return loadFixtures(t, "plain", (*fixture).plain, 50)
+	return loadFixtures(t, "plain", (*fixture).Plain, 50)
 }
 
 // loadFixtures loads the engine's fixtures that keep accepts, named like
@@ -94,19 +85,14 @@ func plainFixtures(t *testing.T) []namedFixture {
 // moved directory cannot make a suite pass on nothing.
 func loadFixtures(t *testing.T, kind string, keep func(*fixture) bool, atLeast int) []namedFixture {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join("..", "policy", "testdata", "*", "*.yaml"))
+	all, err := fixtures.All(filepath.Join("..", "policy", "testdata"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []namedFixture
-	for _, path := range files {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := &fixture{}
-		if err := sigsyaml.Unmarshal(data, f); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
+	for _, f := range all {
 		if keep(f) {
-			out = append(out, namedFixture{filepath.Base(filepath.Dir(path)) + "/" + strings.TrimSuffix(filepath.Base(path), ".yaml"), f})
+			out = append(out, namedFixture{f.Name, f})
 		}
 	}
 	if len(out) < atLeast {
@@ -158,9 +144,7 @@ func runFixture(t *testing.T, dyn dynamic.Interface, engine *policy.Engine, f *f
 	gvr := resources[u.GetKind()]
 	created, err := dyn.Resource(gvr).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
 	if fail {
-		want := slices.Clone(f.Expect)
-		slices.Sort(want)
-		if got := deniedRules(t, err); !slices.Equal(got, slices.Compact(want)) {
+		if got, want := deniedRules(t, err), expectedRules(f); !slices.Equal(got, want) {
 			t.Errorf("the API server denied with rules %v, the fixture expects %v", got, want)
 		}
 		return

@@ -11,130 +11,34 @@ import (
 	"strings"
 	"testing"
 
-	admissionv1 "k8s.io/api/admission/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	sigsyaml "sigs.k8s.io/yaml"
-
-	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/internal/manifest"
+	"github.com/gpuguard/gpuguard/internal/fixtures"
 	"github.com/gpuguard/gpuguard/policy"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of testdata/{pass,fail}")
 
-// fixture is one case in testdata/pass or testdata/fail. The hand-written
-// expectations (expect, warn, audit, mutate, exempt) are asserted exactly; the golden
-// file next to it records the whole result and is rewritten with -update.
-type fixture struct {
-	Description string `json:"description"`
-	// Expect lists the rules of the violations that deny the object.
-	Expect []policy.RuleID `json:"expect"`
-	// Warn lists the rules of the warnings returned.
-	Warn []policy.RuleID `json:"warn"`
-	// Audit lists the audit annotation keys recorded.
-	Audit []string `json:"audit"`
-	// Mutate says whether the object gets a patch.
-	Mutate bool `json:"mutate"`
-	// Exempt says whether an exemption let the object through.
-	Exempt bool `json:"exempt"`
-	// Phase: "" runs the mutating then the validating phase, as the API server
-	// does; "validating" runs the validating phase alone, as if the mutating webhook
-	// had not run.
-	Phase           policy.Phase      `json:"phase"`
-	Operation       string            `json:"operation"`
-	SubResource     string            `json:"subResource"`
-	Namespace       string            `json:"namespace"`
-	NamespaceLabels map[string]string `json:"namespaceLabels"`
-	Username        string            `json:"username"`
-	// Policy holds spec fields that override the default policy.
-	Policy     map[string]any     `json:"policy"`
-	ConfigMaps []corev1.ConfigMap `json:"configMaps"`
-	Object     json.RawMessage    `json:"object"`
-	OldObject  json.RawMessage    `json:"oldObject"`
-}
-
-type configMaps []corev1.ConfigMap
-
-func (cms configMaps) ConfigMapData(_ context.Context, namespace, name string) (map[string]string, error) {
-	for _, cm := range cms {
-		ns := cm.Namespace
-		if ns == "" {
-			ns = "default"
-		}
-		if ns == namespace && cm.Name == name {
-			return cm.Data, nil
-		}
-	}
-	return nil, policy.ErrConfigMapNotFound
-}
-
-func loadFixture(t testing.TB, path string) (*fixture, *policy.Engine, policy.Request) {
+// loadFixture reads a fixture with its engine and request.
+func loadFixture(t testing.TB, path string) (*fixtures.Fixture, *policy.Engine, policy.Request) {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	f, err := fixtures.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{}
-	if err := sigsyaml.UnmarshalStrict(data, f); err != nil {
-		t.Fatalf("%s: %v", path, err)
+	engine, err := f.Engine()
+	if err != nil {
+		t.Fatal(err)
 	}
-	engine := engineWith(t, f.Policy)
-	req := policy.Request{
-		Operation:       admissionv1.Create,
-		SubResource:     f.SubResource,
-		Namespace:       f.Namespace,
-		NamespaceLabels: f.NamespaceLabels,
-		UserInfo:        authenticationv1.UserInfo{Username: f.Username},
-		Object:          decode(t, path, f.Object),
-		ConfigMaps:      configMaps(f.ConfigMaps),
-	}
-	if f.Operation != "" {
-		req.Operation = admissionv1.Operation(f.Operation)
-	}
-	if len(f.OldObject) > 0 {
-		req.OldObject = decode(t, path, f.OldObject)
+	req, err := f.Request()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return f, engine, req
 }
 
-func engineWith(t testing.TB, overrides map[string]any) *policy.Engine {
-	t.Helper()
-	p := config.Default()
-	if len(overrides) > 0 {
-		doc, err := sigsyaml.Marshal(map[string]any{"apiVersion": config.APIVersion, "kind": config.Kind, "spec": overrides})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p, err = config.Parse("fixture policy", doc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e, err := policy.New(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
-
-func decode(t testing.TB, path string, raw json.RawMessage) runtime.Object {
-	t.Helper()
-	obj, err := manifest.DecodeObject(raw)
-	if err != nil {
-		t.Fatalf("%s: object: %v", path, err)
-	}
-	return obj
-}
-
 // evaluate runs a fixture the way its phase says.
-func evaluate(t testing.TB, f *fixture, e *policy.Engine, req policy.Request) policy.Result {
+func evaluate(t testing.TB, f *fixtures.Fixture, e *policy.Engine, req policy.Request) policy.Result {
 	t.Helper()
-	if f.Phase == policy.Validating {
-		req.Phase = policy.Validating
-		return e.Evaluate(context.Background(), &req)
-	}
-	r, err := e.Admit(context.Background(), req)
+	r, err := f.Evaluate(context.Background(), e, req)
 	if err != nil {
 		t.Fatalf("admit: %v", err)
 	}

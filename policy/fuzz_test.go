@@ -9,6 +9,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gpuguard/gpuguard/internal/fixtures"
 	"github.com/gpuguard/gpuguard/policy"
 )
 
@@ -28,9 +29,13 @@ func FuzzEvaluate(f *testing.F) {
 			f.Add(data)
 		}
 	}
-	engines := map[string]*policy.Engine{
-		"default": engineWith(f, nil),
-		"strip":   engineWith(f, map[string]any{"action": "strip"}),
+	engines := map[string]*policy.Engine{}
+	for name, overrides := range map[string]map[string]any{"default": nil, "strip": {"action": "strip"}} {
+		e, err := (&fixtures.Fixture{Name: name, Policy: overrides}).Engine()
+		if err != nil {
+			f.Fatal(err)
+		}
+		engines[name] = e
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		pod := &corev1.Pod{}
