@@ -6,6 +6,8 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuguard/gpuguard/policy/celexpr"
 )
 
 // mutatingPolicy injects NVIDIA_VISIBLE_DEVICES=void (and each extra device
@@ -24,7 +26,7 @@ func (r *rules) mutatingPolicy(name string) *admissionregistrationv1.MutatingAdm
 		// server refuses at evaluation, failing every pod closed.
 		patches = []string{`[JSONPatch{op: "test", path: "/kind", value: "Pod"}].filter(p, false)`}
 	}
-	conds := append(r.exemptions(), admissionregistrationv1.MatchCondition{Name: "not-a-mirror-pod", Expression: "!" + mirrorPod})
+	conds := append(r.exemptions(), admissionregistrationv1.MatchCondition{Name: "not-a-mirror-pod", Expression: "!" + celexpr.MirrorPod})
 	return &admissionregistrationv1.MutatingAdmissionPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicy"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
@@ -49,17 +51,17 @@ func (r *rules) voidPatches(l containerList) string {
 	}
 	var allVoid []string
 	for _, n := range r.deviceVars {
-		allVoid = append(allVoid, effectivelyVoid(n))
+		allVoid = append(allVoid, celexpr.EffectivelyVoid(n))
 	}
 	needs := fmt.Sprintf("%s && !(%s) && !(%s)", judged, r.gpu, strings.Join(allVoid, " && "))
 	path := fmt.Sprintf(`"/spec/%s/" + string(i) + "/env"`, l.field)
 	entry := func(n string) string {
-		return fmt.Sprintf(`Object.spec.%s.env{name: %s, value: "void"}`, l.field, str(n))
+		return fmt.Sprintf(`Object.spec.%s.env{name: %s, value: "void"}`, l.field, celexpr.Str(n))
 	}
 	var entries, appends []string
 	for _, n := range r.deviceVars {
 		entries = append(entries, entry(n))
-		appends = append(appends, fmt.Sprintf(`(%s ? [] : [JSONPatch{op: "add", path: %s + "/-", value: %s}])`, effectivelyVoid(n), path, entry(n)))
+		appends = append(appends, fmt.Sprintf(`(%s ? [] : [JSONPatch{op: "add", path: %s + "/-", value: %s}])`, celexpr.EffectivelyVoid(n), path, entry(n)))
 	}
 	perContainer := fmt.Sprintf(`has(c.env) ? %s : [JSONPatch{op: "add", path: %s, value: [%s]}]`,
 		strings.Join(appends, " + "), path, strings.Join(entries, ", "))

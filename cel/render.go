@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/policy/celexpr"
 )
 
 // DefaultName names the rendered policies and their bindings.
@@ -105,7 +106,7 @@ func (r *rules) exemptions() []admissionregistrationv1.MatchCondition {
 	var conds []admissionregistrationv1.MatchCondition
 	if len(ex.Usernames) > 0 {
 		conds = append(conds, admissionregistrationv1.MatchCondition{Name: "not-exempt-user",
-			Expression: fmt.Sprintf("!(request.userInfo.username in %s)", list(ex.Usernames))})
+			Expression: fmt.Sprintf("!(request.userInfo.username in %s)", celexpr.List(ex.Usernames))})
 	}
 	if len(ex.ServiceAccounts) > 0 {
 		var pairs []string
@@ -117,66 +118,31 @@ func (r *rules) exemptions() []admissionregistrationv1.MatchCondition {
 			// annotations) is written by whoever sends it: not exempt.
 			Expression: fmt.Sprintf(`request.operation == "UPDATE" || !((request.namespace + "/" + (has(object.spec.serviceAccountName) && object.spec.serviceAccountName != "" ? `+
 				`object.spec.serviceAccountName : (has(object.spec.serviceAccount) && object.spec.serviceAccount != "" ? object.spec.serviceAccount : "default"))) in %s)`,
-				list(pairs))})
+				celexpr.List(pairs))})
 	}
 	return conds
 }
 
-// check is one validation. A container rule gives a predicate over a container c
-// for those without GPUs (plain), for GPU containers (gpu), or both; a pod rule
-// gives a predicate over the object.
+// check is one validation: a rule's CEL form.
 type check struct {
-	rule       policy.RuleID
-	plain, gpu string
-	pod        string
-	message    string // what is wrong, after "container NAME "
+	rule policy.RuleID
+	policy.CELCheck
 }
 
+// checks are the CEL forms of the registered rules, in their order, that this
+// policy has the backstop render.
 func (r *rules) checks() []check {
-	spec := &r.p.Spec
-	both := func(rule policy.RuleID, pred, message string) check {
-		return check{rule: rule, plain: pred, gpu: pred, message: message}
-	}
-	checks := []check{
-		{rule: policy.RuleDeviceEnv, plain: r.deviceEnv(false), gpu: r.deviceEnv(true),
-			message: "sets " + strings.Join(r.deviceVars, " or ") + " to a value that grants GPUs; remove it"},
-		{rule: policy.RuleProtectedEnv, plain: r.protectedEnv(false), gpu: r.protectedEnv(true),
-			message: "sets a protected NVIDIA variable the policy does not allow it; remove it"},
-		both(policy.RuleEnvValueFrom, r.envValueFrom(), "sets a protected NVIDIA variable through valueFrom; use a literal value or remove it"),
-		both(policy.RuleEnvFromPrefix, r.envFromPrefix(), "takes envFrom with a prefix that can form a protected NVIDIA variable"),
-		both(policy.RuleDeviceListMount, r.deviceListMount(), "mounts a volume under the NVIDIA device-list directory; mount it elsewhere"),
-		{rule: policy.RuleDeviceAnnotation, pod: r.deviceAnnotation(), message: "annotation requests devices outside GPU accounting; remove it"},
-		{rule: policy.RuleSensitiveHostPath, pod: r.sensitiveHostPath(), message: "mounts a host path that exposes devices or the NVIDIA runtime's configuration"},
-	}
-	if spec.Env.UnprefixedEnvFromOnGPU == config.EnvFromDeny {
-		checks = append(checks, check{rule: policy.RuleEnvFromUnprefixed, gpu: r.envFromUnprefixed(), message: "takes envFrom without a prefix; set a prefix"})
-	}
-	if spec.Advisories.Privileged == config.SeverityDeny {
-		checks = append(checks, both(policy.RulePrivileged, r.privileged(), "is privileged and sees every GPU of the node"))
-	}
-	if spec.Advisories.Capabilities == config.SeverityDeny {
-		checks = append(checks, both(policy.RuleCapabilities, r.capabilities(), "adds SYS_ADMIN; the NVIDIA runtime treats it as privileged"))
-	}
-	if spec.Advisories.NVIDIARuntimeClass == config.SeverityDeny {
-		checks = append(checks, check{rule: policy.RuleNVIDIARuntimeClass, pod: r.runtimeClass(), message: "uses an NVIDIA runtime class without a GPU limit"})
-	}
-	if spec.InjectVoid {
-		checks = append(checks, check{rule: policy.RuleFinalState, plain: "!" + mirrorPod + " && (" + r.finalState() + ")",
-			message: "has no GPU limit and no NVIDIA_VISIBLE_DEVICES=void"})
+	in := r.input()
+	var checks []check
+	for _, rule := range policy.Registry() {
+		if rule.CEL == nil {
+			continue
+		}
+		if c := rule.CEL(in); c != nil {
+			checks = append(checks, check{rule: rule.ID, CELCheck: *c})
+		}
 	}
 	return checks
-}
-
-const mirrorPod = `(has(object.metadata.annotations) && "kubernetes.io/config.mirror" in object.metadata.annotations)`
-
-// runtimeClass: an NVIDIA runtime class on a new pod with no GPU container.
-func (r *rules) runtimeClass() string {
-	var noGPU []string
-	for _, l := range containerLists {
-		noGPU = append(noGPU, fmt.Sprintf("size(variables.%s) == 0", l.variable("gpu")))
-	}
-	return fmt.Sprintf(`request.operation == "CREATE" && has(object.spec.runtimeClassName) && object.spec.runtimeClassName in %s && %s`,
-		list(r.p.Spec.NVIDIARuntimeClasses), strings.Join(noGPU, " && "))
 }
 
 // variables classify the judged containers once per request: every rule that
@@ -196,20 +162,20 @@ func (r *rules) variables() []admissionregistrationv1.Variable {
 // validation, whose message names the first offending container.
 func containerValidation(ch check) admissionregistrationv1.Validation {
 	var violations, names []string
-	for _, part := range []struct{ class, pred string }{{"plain", ch.plain}, {"gpu", ch.gpu}} {
+	for _, part := range []struct{ class, pred string }{{"plain", ch.Plain}, {"gpu", ch.GPU}} {
 		if part.pred == "" {
 			continue
 		}
 		for _, l := range containerLists {
 			v := "variables." + l.variable(part.class)
 			violations = append(violations, fmt.Sprintf("%s.exists(c, %s)", v, part.pred))
-			names = append(names, fmt.Sprintf("%s.filter(c, %s).map(c, %s + c.name)", v, part.pred, str(l.kind+" ")))
+			names = append(names, fmt.Sprintf("%s.filter(c, %s).map(c, %s + c.name)", v, part.pred, celexpr.Str(l.kind+" ")))
 		}
 	}
 	return admissionregistrationv1.Validation{
 		Expression:        "!(" + strings.Join(violations, " || ") + ")",
-		MessageExpression: fmt.Sprintf(`"gpuguard backstop [%s]: " + (%s)[0] + " %s"`, ch.rule, strings.Join(names, " + "), ch.message),
-		Message:           fmt.Sprintf("gpuguard backstop [%s]: a container %s", ch.rule, ch.message),
+		MessageExpression: fmt.Sprintf(`"gpuguard backstop [%s]: " + (%s)[0] + " %s"`, ch.rule, strings.Join(names, " + "), ch.Message),
+		Message:           fmt.Sprintf("gpuguard backstop [%s]: a container %s", ch.rule, ch.Message),
 		Reason:            ptr(metav1.StatusReasonForbidden),
 	}
 }
@@ -217,13 +183,13 @@ func containerValidation(ch check) admissionregistrationv1.Validation {
 func (r *rules) validatingPolicy(name string) *admissionregistrationv1.ValidatingAdmissionPolicy {
 	var validations []admissionregistrationv1.Validation
 	for _, ch := range r.checks() {
-		if ch.pod == "" {
+		if ch.Pod == "" {
 			validations = append(validations, containerValidation(ch))
 			continue
 		}
 		validations = append(validations, admissionregistrationv1.Validation{
-			Expression: "!(" + ch.pod + ")",
-			Message:    fmt.Sprintf("gpuguard backstop [%s]: %s", ch.rule, ch.message),
+			Expression: "!(" + ch.Pod + ")",
+			Message:    fmt.Sprintf("gpuguard backstop [%s]: %s", ch.rule, ch.Message),
 			Reason:     ptr(metav1.StatusReasonForbidden),
 		})
 	}

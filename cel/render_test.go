@@ -19,20 +19,6 @@ func parse(t *testing.T, spec string) *config.Policy {
 	return p
 }
 
-func TestGlobToRegexp(t *testing.T) {
-	for glob, want := range map[string]string{
-		"nvidia.com/mig-*":  `^nvidia\.com/mig-[^/]*$`,
-		"example.com/gpu-?": `^example\.com/gpu-[^/]$`,
-	} {
-		if got, err := globToRegexp(glob); err != nil || got != want {
-			t.Errorf("%s: %q, %v; want %q", glob, got, err, want)
-		}
-	}
-	if _, err := globToRegexp("nvidia.com/[ab]"); err == nil {
-		t.Error("a character class must be refused, not approximated")
-	}
-}
-
 func TestRenderDefault(t *testing.T) {
 	p, err := Render(config.Default(), Options{ExcludedNamespaces: []string{"gpuguard"}})
 	if err != nil {

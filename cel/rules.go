@@ -2,11 +2,11 @@ package cel
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/policy/celexpr"
 )
 
 // containerList is one kind of container list in a pod spec.
@@ -39,9 +39,8 @@ func (l containerList) judged() string {
 		`!(has(oldObject.spec.ephemeralContainers) && oldObject.spec.ephemeralContainers.exists(o, o.name == c.name))))`, all)
 }
 
-// subResource is the request's subresource, "" for the object itself (the field is
-// absent then).
-const subResource = `(has(request.subResource) ? request.subResource : "")`
+// subResource is the request's subresource, "" for the object itself.
+const subResource = celexpr.SubResource
 
 // rules builds the predicates of the policy for a container bound to c.
 type rules struct {
@@ -56,116 +55,15 @@ func newRules(p *config.Policy) (*rules, error) {
 	exact, globs := p.Spec.GPUResourcePatterns()
 	var patterns []string
 	for _, g := range globs {
-		re, err := globToRegexp(g)
+		re, err := celexpr.GlobToRegexp(g)
 		if err != nil {
 			return nil, err
 		}
-		patterns = append(patterns, fmt.Sprintf("k.matches(%s)", str(re)))
+		patterns = append(patterns, fmt.Sprintf("k.matches(%s)", celexpr.Str(re)))
 	}
-	isGPUName := or(append([]string{fmt.Sprintf("k in %s", list(exact))}, patterns...)...)
+	isGPUName := celexpr.Or(append([]string{fmt.Sprintf("k in %s", celexpr.List(exact))}, patterns...)...)
 	r.gpu = fmt.Sprintf(`has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(k, (%s) && quantity(string(c.resources.limits[k])).isGreaterThan(quantity("0")))`, isGPUName)
 	return r, nil
-}
-
-// deviceEnv: an entry of a device variable with a granting literal value; on a
-// container without GPUs "none" is not granting (the webhook rewrites it).
-func (r *rules) deviceEnv(gpu bool) string {
-	allowed := `["void", "", "none"]`
-	if gpu {
-		allowed = `["void", ""]`
-	}
-	return fmt.Sprintf(`has(c.env) && c.env.exists(e, e.name in %s && !has(e.valueFrom) && has(e.value) && !(e.value in %s))`,
-		list(r.deviceVars), allowed)
-}
-
-// protectedEnv: a protected variable where the policy does not allow it: on a
-// container without GPUs, any; on a GPU container, one not allowed there or with a
-// value outside its allowedValues.
-func (r *rules) protectedEnv(gpu bool) string {
-	var all, nowhere, badValue []string
-	for _, v := range r.p.Spec.Env.ProtectedVariables {
-		all = append(all, v.Name)
-		switch {
-		case !v.AllowOnGPUContainers:
-			nowhere = append(nowhere, v.Name)
-		case len(v.AllowedValues) > 0:
-			badValue = append(badValue, fmt.Sprintf(`e.name == %s && has(e.value) && e.value.split(",").exists(x, x.trim() != "" && !(x.trim() in %s))`,
-				str(v.Name), list(v.AllowedValues)))
-		}
-	}
-	violation := fmt.Sprintf("e.name in %s", list(all))
-	if gpu {
-		violation = or(append([]string{fmt.Sprintf("e.name in %s", list(nowhere))}, badValue...)...)
-	}
-	return fmt.Sprintf(`has(c.env) && c.env.exists(e, !has(e.valueFrom) && (%s))`, violation)
-}
-
-// envValueFrom: a protected name whose value comes from elsewhere.
-func (r *rules) envValueFrom() string {
-	return fmt.Sprintf(`has(c.env) && c.env.exists(e, e.name in %s && has(e.valueFrom))`, list(r.protected))
-}
-
-// envFromPrefix: an envFrom prefix that can spell a protected name.
-func (r *rules) envFromPrefix() string {
-	return fmt.Sprintf(`has(c.envFrom) && c.envFrom.exists(f, has(f.prefix) && f.prefix != "" && %s.exists(n, n.startsWith(f.prefix)))`, list(r.protected))
-}
-
-// envFromUnprefixed: any envFrom without a prefix (judged on GPU containers only);
-// rendered only when the policy denies those outright (inspecting ConfigMaps is
-// webhook-only).
-func (r *rules) envFromUnprefixed() string {
-	return `has(c.envFrom) && c.envFrom.exists(f, !has(f.prefix) || f.prefix == "")`
-}
-
-// deviceListMount: a mount under a device-list root, for paths CEL can judge.
-func (r *rules) deviceListMount() string {
-	return fmt.Sprintf(`has(c.volumeMounts) && c.volumeMounts.exists(m, %s && %s.exists(root, %s.startsWith(root)))`,
-		judgeable("m.mountPath"), list(r.p.Spec.DeviceListMountRoots), cleanPath("m.mountPath"))
-}
-
-// effectivelyVoid: the last entry of a device variable is a literal void or "".
-func effectivelyVoid(name string) string {
-	entries := fmt.Sprintf(`c.env.filter(e, e.name == %s)`, str(name))
-	last := fmt.Sprintf(`%[1]s[size(%[1]s) - 1]`, entries)
-	return fmt.Sprintf(`has(c.env) && size(%s) > 0 && !has(%[2]s.valueFrom) && (!has(%[2]s.value) || %[2]s.value in ["void", ""])`, entries, last)
-}
-
-// finalState: a container (judged on those without GPUs) left without void in some
-// device variable.
-func (r *rules) finalState() string {
-	var missing []string
-	for _, n := range r.deviceVars {
-		missing = append(missing, "!("+effectivelyVoid(n)+")")
-	}
-	return or(missing...)
-}
-
-// privileged: a privileged container.
-func (r *rules) privileged() string {
-	return `has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged`
-}
-
-// capabilities: a container that adds SYS_ADMIN or ALL. A privileged one is
-// judged by privileged alone, as in the engine, unless privileged only warns.
-func (r *rules) capabilities() string {
-	notPrivileged := `!(has(c.securityContext.privileged) && c.securityContext.privileged) && `
-	a := r.p.Spec.Advisories
-	if policy.CapabilitiesJudgePrivileged(a.Privileged, a.Capabilities) {
-		notPrivileged = ""
-	}
-	return `has(c.securityContext) && ` + notPrivileged +
-		`has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && ` +
-		`c.securityContext.capabilities.add.exists(a, a.upperAscii() in ["SYS_ADMIN", "CAP_SYS_ADMIN", "ALL", "CAP_ALL"])`
-}
-
-// deviceAnnotation: a denied annotation key, on UPDATE (of the pod or of its
-// status, which keeps metadata) only when added or changed.
-func (r *rules) deviceAnnotation() string {
-	a := r.p.Spec.Annotations
-	denied := or(fmt.Sprintf("k in %s", list(a.DeniedKeys)), fmt.Sprintf("%s.exists(p, k.startsWith(p))", list(a.DeniedPrefixes)))
-	return fmt.Sprintf(subResource+` in ["", "status"] && has(object.metadata.annotations) && object.metadata.annotations.exists(k, (%s) && `+
-		`(request.operation == "CREATE" || !has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations) || `+
-		`oldObject.metadata.annotations[k] != object.metadata.annotations[k]))`, denied)
 }
 
 // AnnotationsChanged is true unless the request is an UPDATE of pods/status
@@ -176,16 +74,11 @@ const AnnotationsChanged = subResource + ` != "status" || ` +
 	`has(object.metadata.annotations) != has(oldObject.metadata.annotations) || ` +
 	`(has(object.metadata.annotations) && object.metadata.annotations != oldObject.metadata.annotations)`
 
-// sensitiveHostPath: a hostPath equal to, below or above a sensitive path, with /run
-// and /var/run alike, for paths CEL can judge.
-func (r *rules) sensitiveHostPath() string {
-	var paths []string
-	for _, s := range r.p.Spec.SensitiveHostPaths {
-		paths = append(paths, policy.RunAliases(s)...)
+// input is what the rules' CEL forms are rendered from.
+func (r *rules) input() *policy.CELInput {
+	var noGPU []string
+	for _, l := range containerLists {
+		noGPU = append(noGPU, fmt.Sprintf("size(variables.%s) == 0", l.variable("gpu")))
 	}
-	slices.Sort(paths)
-	p := cleanPath("v.hostPath.path")
-	return fmt.Sprintf(`request.operation == "CREATE" && has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath) && %s && `+
-		`%s.exists(s, %[3]s == s || %[3]s == "/" || %[3]s.startsWith(s + "/") || s.startsWith(%[3]s + "/")))`,
-		judgeable("v.hostPath.path"), list(slices.Compact(paths)), p)
+	return &policy.CELInput{Policy: r.p, DeviceVars: r.deviceVars, Protected: r.protected, NoGPUContainer: strings.Join(noGPU, " && ")}
 }

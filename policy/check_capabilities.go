@@ -53,3 +53,31 @@ func grantsDevices(c corev1.Capability) bool {
 func CapabilitiesJudgePrivileged(privileged, capabilities config.Severity) bool {
 	return privileged != config.SeverityDeny && capabilities == config.SeverityDeny
 }
+
+// RuleCapabilities is the rule of checkCapabilities.
+const RuleCapabilities RuleID = "capabilities"
+
+func init() {
+	register(&Rule{
+		ID:      RuleCapabilities,
+		Summary: "advisory: a container adding `SYS_ADMIN` or `ALL`, which the NVIDIA runtime treats as privileged (warn by default)",
+		Order:   180, ContainerCheck: checkCapabilities,
+		Gap: "warnings: rendered only when the policy's severity is `deny`",
+		CEL: func(in *CELInput) *CELCheck {
+			a := in.Policy.Spec.Advisories
+			if a.Capabilities != config.SeverityDeny {
+				return nil
+			}
+			// A privileged container is judged by privileged alone, as in the
+			// engine, unless privileged only warns.
+			notPrivileged := `!(has(c.securityContext.privileged) && c.securityContext.privileged) && `
+			if CapabilitiesJudgePrivileged(a.Privileged, a.Capabilities) {
+				notPrivileged = ""
+			}
+			pred := `has(c.securityContext) && ` + notPrivileged +
+				`has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && ` +
+				`c.securityContext.capabilities.add.exists(a, a.upperAscii() in ["SYS_ADMIN", "CAP_SYS_ADMIN", "ALL", "CAP_ALL"])`
+			return &CELCheck{Plain: pred, GPU: pred, Message: "adds SYS_ADMIN; the NVIDIA runtime treats it as privileged"}
+		},
+	})
+}

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"fmt"
+	"github.com/gpuguard/gpuguard/policy/celexpr"
 	"maps"
 	"slices"
 	"strings"
@@ -55,4 +57,23 @@ func (e *Engine) deniedAnnotation(key string) bool {
 		return true
 	}
 	return slices.ContainsFunc(a.DeniedPrefixes, func(p string) bool { return strings.HasPrefix(key, p) })
+}
+
+// RuleDeviceAnnotation is the rule of checkDeviceAnnotations.
+const RuleDeviceAnnotation RuleID = "device-annotation"
+
+func init() {
+	register(&Rule{
+		ID:      RuleDeviceAnnotation,
+		Summary: "denied annotations; on an UPDATE of a pod or of `pods/status`, only those added or changed; a `Binding`'s annotations, which the API server copies onto the pod",
+		Order:   10, PodCheck: checkDeviceAnnotations, PodScopes: []scope{scopePod, scopeTemplate, scopeAddedAnnotations},
+		CEL: func(in *CELInput) *CELCheck {
+			a := in.Policy.Spec.Annotations
+			denied := celexpr.Or(fmt.Sprintf("k in %s", celexpr.List(a.DeniedKeys)), fmt.Sprintf("%s.exists(p, k.startsWith(p))", celexpr.List(a.DeniedPrefixes)))
+			return &CELCheck{Message: "annotation requests devices outside GPU accounting; remove it",
+				Pod: fmt.Sprintf(celexpr.SubResource+` in ["", "status"] && has(object.metadata.annotations) && object.metadata.annotations.exists(k, (%s) && `+
+					`(request.operation == "CREATE" || !has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations) || `+
+					`oldObject.metadata.annotations[k] != object.metadata.annotations[k]))`, denied)}
+		},
+	})
 }

@@ -1,6 +1,10 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+	"github.com/gpuguard/gpuguard/policy/celexpr"
+	"strings"
+)
 
 // checkDeviceEnv is the rule device-env: explicit device lists.
 //
@@ -49,4 +53,33 @@ func deviceEnvProblem(gpu bool, name, value string) string {
 		return fmt.Sprintf("sets %s=%s, replacing its GPU allocation; remove it", name, quote(value))
 	}
 	return fmt.Sprintf("has no GPU limit but sets %s=%s; remove it or add a GPU limit", name, quote(value))
+}
+
+// RuleDeviceEnv is the rule of checkDeviceEnv.
+const RuleDeviceEnv RuleID = "device-env"
+
+func init() {
+	register(&Rule{
+		ID: RuleDeviceEnv,
+		Summary: "a non-GPU container setting `NVIDIA_VISIBLE_DEVICES` (or an extra device variable) to anything but `void`, `\"\"` or `none` " +
+			"(`none` is rewritten to `void`: toolkit 1.18.0–1.18.1 leaked every GPU for it); a GPU container setting it to anything but `void` or `\"\"`. " +
+			"Every entry counts, not only the last",
+		Order: 110, ContainerCheck: checkDeviceEnv,
+		CEL: func(in *CELInput) *CELCheck {
+			return &CELCheck{Plain: deviceEnvCEL(in, false), GPU: deviceEnvCEL(in, true),
+				Message: "sets " + strings.Join(in.DeviceVars, " or ") + " to a value that grants GPUs; remove it"}
+		},
+	})
+}
+
+// deviceEnvCEL: an entry of a device variable with a granting literal value;
+// on a container without GPUs "none" is not granting (the webhook rewrites
+// it).
+func deviceEnvCEL(in *CELInput, gpu bool) string {
+	allowed := `["void", "", "none"]`
+	if gpu {
+		allowed = `["void", ""]`
+	}
+	return fmt.Sprintf(`has(c.env) && c.env.exists(e, e.name in %s && !has(e.valueFrom) && has(e.value) && !(e.value in %s))`,
+		celexpr.List(in.DeviceVars), allowed)
 }

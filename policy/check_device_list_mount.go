@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"fmt"
+	"github.com/gpuguard/gpuguard/policy/celexpr"
 	"path"
 	"strings"
 )
@@ -33,4 +35,21 @@ func checkDeviceListMounts(ev *evaluation, c *containerRef) {
 // segments or doubled slashes.
 func cleanAbsolute(p string) string {
 	return path.Clean("/" + p)
+}
+
+// RuleDeviceListMount is the rule of checkDeviceListMounts.
+const RuleDeviceListMount RuleID = "device-list-mount"
+
+func init() {
+	register(&Rule{
+		ID:      RuleDeviceListMount,
+		Summary: "a volume mount under the device-list roots",
+		Order:   160, ContainerCheck: checkDeviceListMounts,
+		Gap: "mount paths that need cleaning (`..`, `//`, `./`): CEL has no `path.Clean`, so they are left to the webhook rather than judged wrongly",
+		CEL: func(in *CELInput) *CELCheck {
+			pred := fmt.Sprintf(`has(c.volumeMounts) && c.volumeMounts.exists(m, %s && %s.exists(root, %s.startsWith(root)))`,
+				celexpr.Judgeable("m.mountPath"), celexpr.List(in.Policy.Spec.DeviceListMountRoots), celexpr.CleanPath("m.mountPath"))
+			return &CELCheck{Plain: pred, GPU: pred, Message: "mounts a volume under the NVIDIA device-list directory; mount it elsewhere"}
+		},
+	})
 }

@@ -1,5 +1,10 @@
 package policy
 
+import (
+	"fmt"
+	"github.com/gpuguard/gpuguard/policy/celexpr"
+)
+
 // checkEnvValueFrom is the rule env-value-from: protected variables whose value is
 // not known at admission.
 //
@@ -24,4 +29,19 @@ func checkEnvValueFrom(ev *evaluation, c *containerRef) {
 // isProtectedName reports whether name is a device variable or a protected variable.
 func (e *Engine) isProtectedName(name string) bool {
 	return e.isDeviceVar(name) || e.protected[name] != nil
+}
+
+// RuleEnvValueFrom is the rule of checkEnvValueFrom.
+const RuleEnvValueFrom RuleID = "env-value-from"
+
+func init() {
+	register(&Rule{
+		ID:      RuleEnvValueFrom,
+		Summary: "a protected name set through `valueFrom` (its value is unknown at admission)",
+		Order:   130, ContainerCheck: checkEnvValueFrom,
+		CEL: func(in *CELInput) *CELCheck {
+			pred := fmt.Sprintf(`has(c.env) && c.env.exists(e, e.name in %s && has(e.valueFrom))`, celexpr.List(in.Protected))
+			return &CELCheck{Plain: pred, GPU: pred, Message: "sets a protected NVIDIA variable through valueFrom; use a literal value or remove it"}
+		},
+	})
 }

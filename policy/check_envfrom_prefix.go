@@ -1,6 +1,10 @@
 package policy
 
-import "strings"
+import (
+	"fmt"
+	"github.com/gpuguard/gpuguard/policy/celexpr"
+	"strings"
+)
 
 // checkEnvFromPrefix is the rule envfrom-prefix: prefixes that spell a protected name.
 //
@@ -25,4 +29,19 @@ func checkEnvFromPrefix(ev *evaluation, c *containerRef) {
 			}
 		}
 	}
+}
+
+// RuleEnvFromPrefix is the rule of checkEnvFromPrefix.
+const RuleEnvFromPrefix RuleID = "envfrom-prefix"
+
+func init() {
+	register(&Rule{
+		ID:      RuleEnvFromPrefix,
+		Summary: "an `envFrom` prefix that can spell a protected name (`NV`, `NVIDIA_`, …)",
+		Order:   140, ContainerCheck: checkEnvFromPrefix,
+		CEL: func(in *CELInput) *CELCheck {
+			pred := fmt.Sprintf(`has(c.envFrom) && c.envFrom.exists(f, has(f.prefix) && f.prefix != "" && %s.exists(n, n.startsWith(f.prefix)))`, celexpr.List(in.Protected))
+			return &CELCheck{Plain: pred, GPU: pred, Message: "takes envFrom with a prefix that can form a protected NVIDIA variable"}
+		},
+	})
 }

@@ -79,3 +79,22 @@ func (ev *evaluation) inspectConfigMap(c *containerRef, path, name string) {
 		}
 	}
 }
+
+// RuleEnvFromUnprefixed is the rule of checkEnvFromUnprefixed.
+const RuleEnvFromUnprefixed RuleID = "envfrom-unprefixed"
+
+func init() {
+	register(&Rule{
+		ID:      RuleEnvFromUnprefixed,
+		Summary: "see `env.unprefixedEnvFromOnGPU`",
+		Order:   150, ContainerCheck: checkEnvFromUnprefixed,
+		Gap: "inspecting a ConfigMap's keys needs to read it; CEL sees only the pod (rendered only when the policy denies every unprefixed " +
+			"`envFrom` on GPU containers)",
+		CEL: func(in *CELInput) *CELCheck {
+			if in.Policy.Spec.Env.UnprefixedEnvFromOnGPU != config.EnvFromDeny {
+				return nil
+			}
+			return &CELCheck{GPU: `has(c.envFrom) && c.envFrom.exists(f, !has(f.prefix) || f.prefix == "")`, Message: "takes envFrom without a prefix; set a prefix"}
+		},
+	})
+}

@@ -1,5 +1,9 @@
 package policy
 
+import (
+	"github.com/gpuguard/gpuguard/policy/celexpr"
+)
+
 // checkFinalState is the rule final-state, in the validating phase of a pod.
 //
 // Fields read, in every container kind:
@@ -14,7 +18,9 @@ package policy
 // between. Default action: deny. Mirror pods, which gpuguard never mutates, get a
 // warning instead.
 func checkFinalState(ev *evaluation, c *containerRef) {
-	if c.gpu || !ev.e.policy.Spec.InjectVoid {
+	// A pod as it will be stored: the validating phase sees it after every
+	// mutation.
+	if !ev.t.isPod || ev.phase != Validating || c.gpu || !ev.e.policy.Spec.InjectVoid {
 		return
 	}
 	eff := effectDeny
@@ -27,4 +33,27 @@ func checkFinalState(ev *evaluation, c *containerRef) {
 				"container %q has no GPU limit and no %s=void (gpuguard mutation did not run); add it or retry", c.c.Name, name)
 		}
 	}
+}
+
+// RuleFinalState is the rule of checkFinalState.
+const RuleFinalState RuleID = "final-state"
+
+func init() {
+	register(&Rule{
+		ID:      RuleFinalState,
+		Summary: "(validating) a non-GPU container whose effective value is not `void`/`\"\"`",
+		Order:   200, ContainerCheck: checkFinalState,
+		Gap: "the warning for mirror pods (they are skipped)",
+		CEL: func(in *CELInput) *CELCheck {
+			if !in.Policy.Spec.InjectVoid {
+				return nil
+			}
+			var missing []string
+			for _, n := range in.DeviceVars {
+				missing = append(missing, "!("+celexpr.EffectivelyVoid(n)+")")
+			}
+			return &CELCheck{Plain: "!" + celexpr.MirrorPod + " && (" + celexpr.Or(missing...) + ")",
+				Message: "has no GPU limit and no NVIDIA_VISIBLE_DEVICES=void"}
+		},
+	})
 }

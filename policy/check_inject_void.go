@@ -17,7 +17,8 @@ import corev1 "k8s.io/api/core/v1"
 // touched: a pod-level value would replace the device plugin's allocation.
 // Injecting twice changes nothing, so the webhook may be reinvoked.
 func injectVoid(ev *evaluation, c *containerRef) {
-	if c.gpu || !ev.e.policy.Spec.InjectVoid {
+	// Only pods are patched, in the mutating phase.
+	if !ev.t.isPod || !ev.mutable || c.gpu || !ev.e.policy.Spec.InjectVoid {
 		return
 	}
 	for _, name := range ev.e.deviceVars {
@@ -45,4 +46,17 @@ func (ev *evaluation) effectivelyVoid(c *containerRef, name string) bool {
 		return v.ValueFrom == nil && (v.Value == voidValue || v.Value == "")
 	}
 	return false
+}
+
+// RuleInjectVoid is the rule of injectVoid.
+const RuleInjectVoid RuleID = "inject-void"
+
+func init() {
+	register(&Rule{
+		ID: RuleInjectVoid,
+		Summary: "(mutation) `NVIDIA_VISIBLE_DEVICES=void` appended to every non-GPU container whose effective value is not `void`/`\"\"`; " +
+			"GPU containers are never touched; idempotent",
+		// Its CEL form is the backstop's MutatingAdmissionPolicy.
+		Order: 190, ContainerCheck: injectVoid,
+	})
 }

@@ -47,3 +47,15 @@ func suspect(key string, labels []string) bool {
 	}
 	return false
 }
+
+// RuleInjectorAnnotation is the rule of checkInjectorAnnotations.
+const RuleInjectorAnnotation RuleID = "injector-annotation"
+
+func init() {
+	register(&Rule{
+		ID:      RuleInjectorAnnotation,
+		Summary: "advisory (warn): annotations that look like an unlisted injector's (`annotations.suspectDomainLabels`)",
+		Order:   20, PodCheck: checkInjectorAnnotations, PodScopes: []scope{scopePod, scopeTemplate, scopeAddedAnnotations},
+		Gap: "a warning only: the backstop renders what denies",
+	})
+}

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"fmt"
+	"github.com/gpuguard/gpuguard/policy/celexpr"
 	"slices"
 
 	"github.com/gpuguard/gpuguard/config"
@@ -33,4 +35,24 @@ func severityEffect(s config.Severity) effect {
 		return effectDeny
 	}
 	return effectWarn
+}
+
+// RuleNVIDIARuntimeClass is the rule of checkNVIDIARuntimeClass.
+const RuleNVIDIARuntimeClass RuleID = "nvidia-runtime-class"
+
+func init() {
+	register(&Rule{
+		ID:      RuleNVIDIARuntimeClass,
+		Summary: "advisory: an NVIDIA runtime class on a pod without a GPU limit (warn by default)",
+		Order:   40, PodCheck: checkNVIDIARuntimeClass, PodScopes: []scope{scopePod, scopeTemplate},
+		Gap: "warnings: rendered only when the policy's severity is `deny`",
+		CEL: func(in *CELInput) *CELCheck {
+			if in.Policy.Spec.Advisories.NVIDIARuntimeClass != config.SeverityDeny {
+				return nil
+			}
+			return &CELCheck{Message: "uses an NVIDIA runtime class without a GPU limit",
+				Pod: fmt.Sprintf(`request.operation == "CREATE" && has(object.spec.runtimeClassName) && object.spec.runtimeClassName in %s && %s`,
+					celexpr.List(in.Policy.Spec.NVIDIARuntimeClasses), in.NoGPUContainer)}
+		},
+	})
 }

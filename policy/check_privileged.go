@@ -1,5 +1,9 @@
 package policy
 
+import (
+	"github.com/gpuguard/gpuguard/config"
+)
+
 // checkPrivileged is the rule privileged.
 //
 // Fields read, in every container kind:
@@ -20,4 +24,23 @@ func checkPrivileged(ev *evaluation, c *containerRef) {
 	ev.report(RulePrivileged, severityEffect(ev.e.policy.Spec.Advisories.Privileged), c,
 		c.path().Child("securityContext", "privileged").String(),
 		"container %q is privileged and sees every GPU of the node; drop privileged or exempt its service account", c.c.Name)
+}
+
+// RulePrivileged is the rule of checkPrivileged.
+const RulePrivileged RuleID = "privileged"
+
+func init() {
+	register(&Rule{
+		ID:      RulePrivileged,
+		Summary: "a privileged container (deny by default)",
+		Order:   170, ContainerCheck: checkPrivileged,
+		Gap: "warnings: rendered only when the policy's severity is `deny` (the default)",
+		CEL: func(in *CELInput) *CELCheck {
+			if in.Policy.Spec.Advisories.Privileged != config.SeverityDeny {
+				return nil
+			}
+			pred := `has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged`
+			return &CELCheck{Plain: pred, GPU: pred, Message: "is privileged and sees every GPU of the node"}
+		},
+	})
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"github.com/gpuguard/gpuguard/policy/celexpr"
 	"slices"
 	"strings"
 )
@@ -56,4 +57,41 @@ func (e *Engine) protectedEnvProblem(gpu bool, name, value string) string {
 		}
 	}
 	return ""
+}
+
+// RuleProtectedEnv is the rule of checkProtectedEnv.
+const RuleProtectedEnv RuleID = "protected-env"
+
+func init() {
+	register(&Rule{
+		ID:      RuleProtectedEnv,
+		Summary: "protected variables where the policy does not allow them",
+		Order:   120, ContainerCheck: checkProtectedEnv,
+		CEL: func(in *CELInput) *CELCheck {
+			return &CELCheck{Plain: protectedEnvCEL(in, false), GPU: protectedEnvCEL(in, true),
+				Message: "sets a protected NVIDIA variable the policy does not allow it; remove it"}
+		},
+	})
+}
+
+// protectedEnvCEL: a protected variable where the policy does not allow it:
+// on a container without GPUs, any; on a GPU container, one not allowed there
+// or with a value outside its allowedValues.
+func protectedEnvCEL(in *CELInput, gpu bool) string {
+	var all, nowhere, badValue []string
+	for _, v := range in.Policy.Spec.Env.ProtectedVariables {
+		all = append(all, v.Name)
+		switch {
+		case !v.AllowOnGPUContainers:
+			nowhere = append(nowhere, v.Name)
+		case len(v.AllowedValues) > 0:
+			badValue = append(badValue, fmt.Sprintf(`e.name == %s && has(e.value) && e.value.split(",").exists(x, x.trim() != "" && !(x.trim() in %s))`,
+				celexpr.Str(v.Name), celexpr.List(v.AllowedValues)))
+		}
+	}
+	violation := fmt.Sprintf("e.name in %s", celexpr.List(all))
+	if gpu {
+		violation = celexpr.Or(append([]string{fmt.Sprintf("e.name in %s", celexpr.List(nowhere))}, badValue...)...)
+	}
+	return fmt.Sprintf(`has(c.env) && c.env.exists(e, !has(e.valueFrom) && (%s))`, violation)
 }

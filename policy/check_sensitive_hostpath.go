@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"fmt"
+	"github.com/gpuguard/gpuguard/policy/celexpr"
 	"slices"
 	"strings"
 )
@@ -50,4 +52,32 @@ func RunAliases(p string) []string {
 // related reports whether two clean absolute paths are equal or one lies below the other.
 func related(a, b string) bool {
 	return a == b || a == "/" || b == "/" || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/")
+}
+
+// RuleSensitiveHostPath is the rule of checkSensitiveHostPaths.
+const RuleSensitiveHostPath RuleID = "sensitive-hostpath"
+
+func init() {
+	register(&Rule{
+		ID:      RuleSensitiveHostPath,
+		Summary: "hostPath volumes related to sensitive paths",
+		Order:   30, PodCheck: checkSensitiveHostPaths, PodScopes: []scope{scopePod, scopeTemplate},
+		Gap: "host paths that need cleaning (`..`, `//`, `./`): CEL has no `path.Clean`, so they are left to the webhook rather than judged wrongly",
+		CEL: sensitiveHostPathCEL,
+	})
+}
+
+// sensitiveHostPathCEL: a hostPath equal to, below or above a sensitive path,
+// with /run and /var/run alike, for paths CEL can judge.
+func sensitiveHostPathCEL(in *CELInput) *CELCheck {
+	var paths []string
+	for _, s := range in.Policy.Spec.SensitiveHostPaths {
+		paths = append(paths, RunAliases(s)...)
+	}
+	slices.Sort(paths)
+	p := celexpr.CleanPath("v.hostPath.path")
+	return &CELCheck{Message: "mounts a host path that exposes devices or the NVIDIA runtime's configuration",
+		Pod: fmt.Sprintf(`request.operation == "CREATE" && has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath) && %s && `+
+			`%s.exists(s, %[3]s == s || %[3]s == "/" || %[3]s.startsWith(s + "/") || s.startsWith(%[3]s + "/")))`,
+			celexpr.Judgeable("v.hostPath.path"), celexpr.List(slices.Compact(paths)), p)}
 }

@@ -120,35 +120,20 @@ const (
 	scopeAddedAnnotations              // annotations added to a running pod
 )
 
-// run applies the checks that the request's scope calls for.
+// run applies the registered rules that the request's scope calls for, in
+// their order: pod-level rules, then each container's rules.
 func (ev *evaluation) run() {
-	podLevel := ev.scope == scopePod || ev.scope == scopeTemplate
-	if podLevel || ev.scope == scopeAddedAnnotations {
-		checkDeviceAnnotations(ev)
-		checkInjectorAnnotations(ev)
-	}
-	if podLevel {
-		checkSensitiveHostPaths(ev)
-		checkNVIDIARuntimeClass(ev)
+	for _, r := range registry {
+		if r.PodCheck != nil && r.runs(ev.scope) {
+			r.PodCheck(ev)
+		}
 	}
 	for i := range ev.containers {
 		c := &ev.containers[i]
-		checkDeviceEnv(ev, c)
-		checkProtectedEnv(ev, c)
-		checkEnvValueFrom(ev, c)
-		checkEnvFromPrefix(ev, c)
-		checkEnvFromUnprefixed(ev, c)
-		checkDeviceListMounts(ev, c)
-		checkPrivileged(ev, c)
-		checkCapabilities(ev, c)
-		if !ev.t.isPod {
-			continue
-		}
-		switch {
-		case ev.mutable:
-			injectVoid(ev, c)
-		case ev.phase == Validating:
-			checkFinalState(ev, c)
+		for _, r := range registry {
+			if r.ContainerCheck != nil {
+				r.ContainerCheck(ev, c)
+			}
 		}
 	}
 }

@@ -165,3 +165,26 @@ func compareGolden(t *testing.T, path string, r policy.Result) {
 		t.Errorf("result differs from %s (run go test ./policy -update after checking the change):\ngot:\n%s", path, got)
 	}
 }
+
+// TestEveryRuleHasFixtures: each registered rule has a pass fixture named
+// after it (where it does not fire) and a fixture where it fires: it denies,
+// warns or records an audit annotation, or, for a mutation, patches.
+func TestEveryRuleHasFixtures(t *testing.T) {
+	all, err := fixtures.All("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range policy.Registry() {
+		prefix := string(r.ID) + "-"
+		pass := slices.ContainsFunc(all, func(f *fixtures.Fixture) bool {
+			return f.Pass() && strings.HasPrefix(strings.TrimPrefix(f.Name, "pass/"), prefix)
+		})
+		fires := slices.ContainsFunc(all, func(f *fixtures.Fixture) bool {
+			named := strings.HasPrefix(f.Name[strings.Index(f.Name, "/")+1:], prefix)
+			return slices.Contains(f.Expect, r.ID) || slices.Contains(f.Warn, r.ID) || slices.Contains(f.Audit, string(r.ID)) || (named && f.Mutate)
+		})
+		if !pass || !fires {
+			t.Errorf("rule %s: a pass fixture named %s… found: %v; a fixture where it fires found: %v", r.ID, prefix, pass, fires)
+		}
+	}
+}
