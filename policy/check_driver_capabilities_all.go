@@ -1,0 +1,45 @@
+package policy
+
+import "strings"
+
+// checkDriverCapabilitiesAll is the advisory rule driver-capabilities-all: a
+// GPU container asking the NVIDIA runtime for every driver capability.
+//
+// Fields read, in every container kind with GPU resources:
+//   - env[*].name and env[*].value, for NVIDIA_DRIVER_CAPABILITIES (literal
+//     values; a ConfigMap's are read by envfrom-unprefixed).
+//
+// Allowed values: any list without "all". "all" has the runtime mount every
+// driver library and binary it knows into the container (graphics, display,
+// video, ngx and compat32 besides compute and utility): more of the driver's
+// surface than a compute workload needs. Containers without GPUs may not set
+// the variable at all (protected-env). Effect: warn.
+func checkDriverCapabilitiesAll(ev *evaluation, c *containerRef) {
+	if !c.gpu {
+		return
+	}
+	for i, v := range c.c.Env {
+		if v.Name != "NVIDIA_DRIVER_CAPABILITIES" || v.ValueFrom != nil {
+			continue
+		}
+		for capability := range strings.SplitSeq(v.Value, ",") {
+			if strings.TrimSpace(capability) == "all" {
+				ev.report(RuleDriverCapabilitiesAll, effectWarn, c, c.path().Child("env").Index(i).String(),
+					"container %q asks for all driver capabilities; list only those it needs", c.c.Name)
+				break
+			}
+		}
+	}
+}
+
+// RuleDriverCapabilitiesAll is the rule of checkDriverCapabilitiesAll.
+const RuleDriverCapabilitiesAll RuleID = "driver-capabilities-all"
+
+func init() {
+	register(&Rule{
+		ID:      RuleDriverCapabilitiesAll,
+		Summary: "advisory (warn): a GPU container setting `NVIDIA_DRIVER_CAPABILITIES` to `all`, which mounts graphics, display and video libraries besides compute's",
+		Order:   125, ContainerCheck: checkDriverCapabilitiesAll,
+		Gap: "a warning only: the backstop renders what denies",
+	})
+}
