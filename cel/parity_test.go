@@ -217,13 +217,10 @@ func compareDevices(t *testing.T, req policy.Request, want policy.Result, got *c
 }
 
 func lastEnv(c corev1.Container, name string) string {
-	v := "<unset>"
-	for _, e := range c.Env {
-		if e.Name == name {
-			v = e.Value
-		}
+	if v, ok := policy.EffectiveEnv(&c, name); ok {
+		return v.Value
 	}
-	return v
+	return "<unset>"
 }
 
 // FuzzParity feeds arbitrary pods, seeded from the fixtures, to the engine

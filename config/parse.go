@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -85,6 +86,27 @@ func Load(source string, data []byte) (*Policy, error) {
 	}
 	return Parse(source, data)
 }
+
+// ReadFile reads a policy document, or a ConfigMap manifest holding one,
+// from a file; a read error is returned as it is (an *fs.PathError), a
+// document that does not load as an *InvalidError.
+func ReadFile(path string) (*Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	p, err := Load(path, data)
+	if err != nil {
+		return nil, &InvalidError{err}
+	}
+	return p, nil
+}
+
+// InvalidError is a policy document that does not load.
+type InvalidError struct{ Err error }
+
+func (e *InvalidError) Error() string { return e.Err.Error() }
+func (e *InvalidError) Unwrap() error { return e.Err }
 
 // Parse parses and validates one policy document. Fields it leaves out keep the
 // default policy's values. Unknown fields, values of the wrong type, bad patterns and

@@ -86,3 +86,16 @@ func (e *Engine) isGPUContainer(c *corev1.Container) bool {
 	}
 	return false
 }
+
+// EffectiveEnv is the entry of a variable that a container's process gets:
+// of several, the last one, as the kubelet builds the environment; ok is
+// false when the container does not set it. An entry set through valueFrom
+// has no literal value: check its ValueFrom.
+func EffectiveEnv(c *corev1.Container, name string) (v corev1.EnvVar, ok bool) {
+	for i := len(c.Env) - 1; i >= 0; i-- {
+		if c.Env[i].Name == name {
+			return c.Env[i], true
+		}
+	}
+	return corev1.EnvVar{}, false
+}

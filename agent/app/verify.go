@@ -11,11 +11,11 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpuguard/gpuguard/agent/discovery"
 	"github.com/gpuguard/gpuguard/agent/verify"
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/kubeconfig"
 )
 
 func validateVerify(c Config) error {
@@ -36,17 +36,11 @@ func validateVerify(c Config) error {
 // apiConfig is the agent's API access for Events, evictions and its
 // ClusterReport: --kubeconfig, or the pod's service account in a cluster; nil
 // outside one.
-func apiConfig(kubeconfig string) (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	switch {
-	case kubeconfig != "":
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	case os.Getenv("KUBERNETES_SERVICE_HOST") != "":
-		cfg, err = rest.InClusterConfig()
-	default:
+func apiConfig(path string) (*rest.Config, error) {
+	if path == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
 		return nil, nil
 	}
+	cfg, err := kubeconfig.Flags{Path: path}.Load()
 	if err != nil {
 		return nil, fmt.Errorf("API access for the verifier: %w", err)
 	}
@@ -54,11 +48,7 @@ func apiConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 func readPolicy(path string) (*config.Policy, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("--policy-file: %w", err)
-	}
-	p, err := config.Parse(path, data)
+	p, err := config.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--policy-file: %w", err)
 	}

@@ -8,19 +8,18 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/gpuguard/gpuguard/policy"
 )
 
 // LastEnv is a variable's effective value in a stored container spec: of
 // several entries the last one wins, as the kubelet builds the environment.
 // "<unset>" when there is none.
 func LastEnv(c corev1.Container, name string) string {
-	v := "<unset>"
-	for _, e := range c.Env {
-		if e.Name == name {
-			v = e.Value
-		}
+	if v, ok := policy.EffectiveEnv(&c, name); ok {
+		return v.Value
 	}
-	return v
+	return "<unset>"
 }
 
 // deniedRule finds a rule name in a gpuguard denial's lines ("... [rule]: ...").

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -14,11 +14,12 @@ import (
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/internal/audit"
+	"github.com/gpuguard/gpuguard/internal/kubeconfig"
 	"github.com/gpuguard/gpuguard/policy"
 )
 
 type auditOptions struct {
-	kubeconfig      string
+	kube            kubeconfig.Flags
 	namespace       string
 	allNamespaces   bool
 	output          string
@@ -54,7 +55,7 @@ policy errors.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
+	o.kube.AddFlags(fl)
 	fl.StringVarP(&o.namespace, "namespace", "n", "", "the namespace to audit")
 	fl.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "audit every namespace")
 	fl.StringVarP(&o.output, "output", "o", "text", "output format: text or json (check's contract)")
@@ -74,7 +75,7 @@ func (o *auditOptions) run(ctx context.Context, stdout, stderr io.Writer) error 
 	case o.allNamespaces == (o.namespace != ""):
 		return &exitError{exitUsage, "say which namespaces: -A for all, or -n NAMESPACE"}
 	}
-	cfg, err := loadRESTConfig(o.kubeconfig)
+	cfg, err := o.kube.Load()
 	if err != nil {
 		return &exitError{exitUsage, err.Error()}
 	}

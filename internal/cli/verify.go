@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -18,9 +18,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpuguard/gpuguard/internal/kubeconfig"
 	"github.com/gpuguard/gpuguard/internal/warnings"
+	"github.com/gpuguard/gpuguard/policy"
 )
 
 // What verify may expect of the API server's answer.
@@ -34,10 +35,10 @@ const (
 var expectations = []string{expectDeny, expectWarn, expectAdmit, expectStrip}
 
 type verifyOptions struct {
-	namespace  string
-	expect     string
-	kubeconfig string
-	timeout    time.Duration
+	namespace string
+	expect    string
+	kube      kubeconfig.Flags
+	timeout   time.Duration
 }
 
 func newVerifyCommand() *cobra.Command {
@@ -71,7 +72,7 @@ or configuration errors.`,
 	fl := cmd.Flags()
 	fl.StringVarP(&o.namespace, "namespace", "n", "", "a namespace gpuguard guards, where the dry-run pod is created (required)")
 	fl.StringVar(&o.expect, "expect", expectDeny, "what gpuguard should do with the pod: "+strings.Join(expectations, ", "))
-	fl.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
+	o.kube.AddFlags(fl)
 	fl.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the API server's answer")
 	_ = cmd.MarkFlagRequired("namespace")
 	return cmd
@@ -131,26 +132,7 @@ func (o *verifyOptions) report(w io.Writer, host string, a answer) error {
 // restConfig loads the kubeconfig the way kubectl does and falls back to the
 // in-cluster service account, so that the same command runs from a laptop and
 // as the chart's test pod.
-func (o *verifyOptions) restConfig() (*rest.Config, error) { return loadRESTConfig(o.kubeconfig) }
-
-// loadRESTConfig loads a kubeconfig as kubectl does: the explicit path, else
-// $KUBECONFIG, ~/.kube/config, or the in-cluster service account.
-func loadRESTConfig(kubeconfig string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	switch {
-	case err == nil:
-		return cfg, nil
-	case kubeconfig != "" && clientcmd.IsEmptyConfig(err):
-		return nil, fmt.Errorf("--kubeconfig %s: no cluster configured in it", kubeconfig)
-	case kubeconfig != "":
-		return nil, fmt.Errorf("--kubeconfig %s: %v", kubeconfig, err)
-	case clientcmd.IsEmptyConfig(err):
-		return nil, errors.New("no cluster configured: pass --kubeconfig, set KUBECONFIG or create ~/.kube/config (in a pod, the service account is used)")
-	}
-	return nil, fmt.Errorf("loading the kubeconfig: %v", err)
-}
+func (o *verifyOptions) restConfig() (*rest.Config, error) { return o.kube.Load() }
 
 // violatingPod breaks gpuguard's policy and nothing else: no GPU limit, yet every
 // GPU of the node through NVIDIA_VISIBLE_DEVICES=all. It meets Pod Security
@@ -269,14 +251,8 @@ func grantsAllGPUs(pod *corev1.Pod) bool {
 	if pod == nil {
 		return false
 	}
-	for _, c := range pod.Spec.Containers {
-		effective := ""
-		for _, e := range c.Env {
-			if e.Name == "NVIDIA_VISIBLE_DEVICES" {
-				effective = e.Value
-			}
-		}
-		if effective == "all" {
+	for i := range pod.Spec.Containers {
+		if v, ok := policy.EffectiveEnv(&pod.Spec.Containers[i], "NVIDIA_VISIBLE_DEVICES"); ok && v.Value == "all" {
 			return true
 		}
 	}

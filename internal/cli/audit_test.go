@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -118,7 +118,7 @@ func TestAuditErrors(t *testing.T) {
 	}
 	for _, args := range [][]string{{"audit"}, {"audit", "-A", "-n", "x"}, {"audit", "-A", "-o", "yaml"}} {
 		var stderr bytes.Buffer
-		if code := run(context.Background(), args, nil, &bytes.Buffer{}, &stderr); code != exitUsage {
+		if code := Run(context.Background(), args, nil, &bytes.Buffer{}, &stderr); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d (%s)", args, code, exitUsage, stderr.String())
 		}
 	}

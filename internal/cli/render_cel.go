@@ -1,9 +1,8 @@
-package main
+package cli
 
 import (
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -30,12 +29,9 @@ cannot express exactly is left to the webhook and listed at the top of the outpu
 			p := config.Default()
 			source := "the built-in default policy"
 			if policyFile != "" {
-				data, err := os.ReadFile(policyFile)
-				if err != nil {
-					return &exitError{exitUsage, err.Error()}
-				}
-				if p, err = config.Load(policyFile, data); err != nil {
-					return &exitError{exitUsage, "invalid policy:\n" + err.Error()}
+				var err error
+				if p, err = loadPolicyFile(policyFile); err != nil {
+					return err
 				}
 				source = policyFile
 			}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -12,11 +12,10 @@ import (
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/gpuguard/gpuguard/cel"
+	"github.com/gpuguard/gpuguard/internal/kubeconfig"
 	"github.com/gpuguard/gpuguard/internal/memlimit"
 	"github.com/gpuguard/gpuguard/webhook"
 )
@@ -25,7 +24,7 @@ type webhookFlags struct {
 	opts            webhook.Options
 	policyConfigMap string
 	certSecret      string
-	kubeconfig      string
+	kube            kubeconfig.Flags
 	logFormat       string
 	logLevel        string
 	backstop        bool
@@ -99,7 +98,7 @@ mounted Secret.`,
 	fl.DurationVar(&o.Limits.Wait, "overload-wait", limits.Wait, "how long a review waits for room under the limits above")
 	fl.DurationVar(&o.ShutdownDelay, "shutdown-delay", 0, "after SIGTERM, keep serving this long while reporting not ready, so that the Service stops routing reviews here first")
 	fl.DurationVar(&o.APIReadTimeout, "api-read-timeout", 2*time.Second, "bound on each namespace or ConfigMap read a review needs; keep it under the webhooks' timeoutSeconds")
-	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
+	f.kube.AddFlags(fl)
 	fl.StringVar(&f.logFormat, "log-format", "json", "json or console")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info or error")
 	return cmd
@@ -117,7 +116,7 @@ func (f *webhookFlags) run(cmd *cobra.Command) error {
 		if f.opts.PolicyConfigMap, err = namespacedName("--policy-configmap", f.policyConfigMap); err != nil {
 			return &exitError{exitUsage, err.Error()}
 		}
-		if f.opts.RestConfig, err = restConfig(f.kubeconfig); err != nil {
+		if f.opts.RestConfig, err = restConfig(f.kube); err != nil {
 			return &exitError{exitUsage, err.Error()}
 		}
 	}
@@ -159,14 +158,8 @@ func namespacedName(flag, value string) (types.NamespacedName, error) {
 // restConfig has no client-side rate limit: admission reads must not queue
 // behind each other toward the webhook timeout, and the API server's own
 // priority and fairness already protects it.
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = ctrlconfig.GetConfig()
-	}
+func restConfig(kube kubeconfig.Flags) (*rest.Config, error) {
+	cfg, err := kube.Load()
 	if err != nil {
 		return nil, err
 	}

@@ -1,11 +1,10 @@
-package main
+package cli
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -140,12 +139,9 @@ func writeResults(stdout, stderr io.Writer, output string, results []checkedObje
 func (o *checkOptions) engine() (*policy.Engine, error) {
 	p := config.Default()
 	if o.policyFile != "" {
-		data, err := os.ReadFile(o.policyFile)
-		if err != nil {
-			return nil, &exitError{exitUsage, err.Error()}
-		}
-		if p, err = config.Load(o.policyFile, data); err != nil {
-			return nil, &exitError{exitUsage, "invalid policy:\n" + err.Error()}
+		var err error
+		if p, err = loadPolicyFile(o.policyFile); err != nil {
+			return nil, err
 		}
 	}
 	for _, advice := range config.Advice(p) {
