@@ -33,6 +33,7 @@ func (e ConfigError) Unwrap() error { return e.Err }
 // Agent runs the node agent.
 type Agent struct {
 	cfg     Config
+	set     settings
 	log     logr.Logger
 	backend *discovery.Backend
 
@@ -81,7 +82,8 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Agent, error)
 	if cfg.NodeName == "" {
 		cfg.NodeName, _ = os.Hostname()
 	}
-	if err := cfg.validate(); err != nil {
+	set, err := cfg.parse()
+	if err != nil {
 		return nil, ConfigError{err}
 	}
 	var nodeLabels *labelPublisher
@@ -100,7 +102,7 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Agent, error)
 	if err != nil {
 		return nil, ConfigError{err}
 	}
-	a := &Agent{cfg: cfg, log: log, backend: b, nodeLabels: nodeLabels, kube: kube, reports: reports,
+	a := &Agent{cfg: cfg, set: set, log: log, backend: b, nodeLabels: nodeLabels, kube: kube, reports: reports,
 		verifyMetrics: verify.NewMetrics(reg),
 		pluginMetrics: plugin.NewMetrics(reg),
 		hardening:     nodeconfig.NewMetrics(reg),
@@ -113,33 +115,6 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Agent, error)
 	}
 	reg.MustRegister(a.otherPlugin)
 	return a, nil
-}
-
-func (c Config) validate() error {
-	switch c.DevicePlugin {
-	case PluginAuto, PluginOn, PluginOff:
-	default:
-		return fmt.Errorf("--device-plugin=%s: want auto, on or off", c.DevicePlugin)
-	}
-	if _, err := strategy.Parse(c.DeviceListStrategy); err != nil {
-		return err
-	}
-	if _, err := strategy.ParseIDStrategy(c.DeviceIDStrategy); err != nil {
-		return err
-	}
-	if c.MIGStrategy != plugin.MIGNone && c.MIGStrategy != plugin.MIGMixed {
-		return fmt.Errorf("--mig-strategy=%s: want none or mixed", c.MIGStrategy)
-	}
-	if err := c.timeSlicing().Validate(); err != nil {
-		return err
-	}
-	if _, err := health.ParseXIDs(c.IgnoredXIDs); err != nil {
-		return err
-	}
-	if _, err := time.ParseDuration(c.RetryInterval); err != nil {
-		return fmt.Errorf("--retry-interval: %w", err)
-	}
-	return validateVerify(c)
 }
 
 // Backend is the opened discovery backend (tests reach the mock through it).
@@ -189,7 +164,7 @@ func (a *Agent) Run(ctx context.Context, reload <-chan struct{}) error {
 			return err
 		}
 	}
-	retry, _ := time.ParseDuration(a.cfg.RetryInterval)
+	retry := a.set.retry
 	for {
 		s, err := a.start(ctx)
 		var cfgErr ConfigError
@@ -248,7 +223,36 @@ func (a *Agent) locator() nodeconfig.Locator {
 	return nodeconfig.Locator{HostRoot: a.cfg.HostRoot, ToolkitConfig: a.cfg.ToolkitConfig, ContainerdConfig: a.cfg.ContainerdConfig}
 }
 
+// start is one start of the agent: discover the GPUs, report the node's
+// hardening, start the verifier, then, unless another plugin serves the
+// GPUs, prepare the resources, serve and register them, and watch health.
 func (a *Agent) start(ctx context.Context) (*session, error) {
+	inv, err := a.discover()
+	if err != nil {
+		return nil, err
+	}
+	in := a.reportHardening(ctx)
+	s := &session{}
+	sctx, cancel := context.WithCancel(ctx)
+	s.cancel = cancel
+	a.startVerifier(sctx, s, inv)
+	if !a.shouldServe(ctx) {
+		return s, nil
+	}
+	resources, b, err := a.prepareResources(inv, in)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if err := a.servePlugins(ctx, s, resources, b); err != nil {
+		return nil, err
+	}
+	a.watchHealth(sctx, s, inv)
+	return s, nil
+}
+
+// discover finds the node's GPUs and MIG devices.
+func (a *Agent) discover() (*discovery.Inventory, error) {
 	inv, err := discovery.Discover(a.backend.Lib, discovery.Options{SysfsRoot: filepath.Join(a.cfg.HostRoot, "sys")})
 	if err != nil {
 		return nil, fmt.Errorf("discovering GPUs: %w", err)
@@ -260,7 +264,12 @@ func (a *Agent) start(ctx context.Context) (*session, error) {
 			a.log.V(1).Info("MIG device", "index", m.IndexID(), "uuid", m.UUID, "profile", m.Profile)
 		}
 	}
+	return inv, nil
+}
 
+// reportHardening reads the toolkit's and containerd's configuration and
+// reports how hardened the node is: logs, metrics and, if asked, node labels.
+func (a *Agent) reportHardening(ctx context.Context) nodeconfig.Inputs {
 	loc := a.locator()
 	version := a.cfg.ToolkitVersion
 	if version == "" {
@@ -278,87 +287,102 @@ func (a *Agent) start(ctx context.Context) (*session, error) {
 			a.log.Error(err, "cannot publish the hardening report as node labels")
 		}
 	}
+	return in
+}
 
-	s := &session{}
-	sctx, cancel := context.WithCancel(ctx)
-	s.cancel = cancel
-	a.startVerifier(sctx, s, inv)
-	if a.cfg.DevicePlugin == PluginOff {
+// shouldServe says whether the device plugin serves: not when turned off,
+// nor in auto mode while another NVIDIA device plugin serves the node.
+func (a *Agent) shouldServe(ctx context.Context) bool {
+	switch a.cfg.DevicePlugin {
+	case PluginOff:
 		a.log.Info("device plugin off (--device-plugin=off): reporting only")
-		return s, nil
-	}
-	if a.cfg.DevicePlugin == PluginAuto {
+		return false
+	case PluginAuto:
 		if a.otherPlugins == nil {
 			a.otherPlugins = plugin.FindOtherPlugins(ctx, a.cfg.DevicePluginDir)
 		}
 		if len(a.otherPlugins) > 0 {
 			a.otherPlugin.Set(1)
 			a.log.Info("another device plugin serves NVIDIA GPUs on this node; not registering, to avoid both fighting over the resource (after removing it, send SIGHUP or restart the agent; or pass --device-plugin=on)", "sockets", a.otherPlugins)
-			return s, nil
+			return false
 		}
 		a.otherPlugin.Set(0)
 	}
+	return true
+}
 
+// prepareResources chooses the device-list strategy for this node, groups
+// the devices into resources (MIG profiles, time-sliced shares) and makes
+// sure a CDI spec names them where a CDI strategy is used. A node that rules
+// out the configuration is a ConfigError.
+func (a *Agent) prepareResources(inv *discovery.Inventory, in nodeconfig.Inputs) ([]plugin.Resource, *strategy.Builder, error) {
 	choice, err := strategy.Resolve(a.cfg.DeviceListStrategy, in.Toolkit, in.Containerd)
 	if err != nil {
-		cancel()
-		return nil, ConfigError{err}
+		return nil, nil, ConfigError{err}
 	}
 	if choice.Warning != "" {
 		a.log.Info("WARNING: "+choice.Warning, "strategy", choice.List.String())
 	}
 	a.log.Info("device list strategy", "strategy", choice.List.String(), "reason", choice.Reason)
-	ids, _ := strategy.ParseIDStrategy(a.cfg.DeviceIDStrategy)
-	b := &strategy.Builder{Strategies: choice.List, IDs: ids, AnnotationPrefix: a.cfg.CDIAnnotationPrefix}
-
+	b := &strategy.Builder{Strategies: choice.List, IDs: a.set.ids, AnnotationPrefix: a.cfg.CDIAnnotationPrefix}
 	resources, err := plugin.BuildResources(inv, a.cfg.MIGStrategy)
 	if err != nil {
-		cancel()
-		return nil, ConfigError{err}
+		return nil, nil, ConfigError{err}
 	}
 	if choice.List.UsesCDI() {
-		var names []string
-		for _, r := range resources {
-			for _, d := range r.Devices {
-				if ids == strategy.IDIndex {
-					names = append(names, d.Ref.Index)
-				} else {
-					names = append(names, d.Ref.UUID)
-				}
-			}
+		if b.CDIKind, err = a.ensureCDISpec(inv, in, resources); err != nil {
+			return nil, nil, ConfigError{err}
 		}
-		cfg := cdispec.Config{Mode: a.cfg.CDISpec, WriteDir: filepath.Join(a.cfg.HostRoot, a.cfg.CDISpecDir), DevRoot: a.cfg.CDIDevRoot}
-		if in.Toolkit != nil {
-			cfg.ToolkitKind = in.Toolkit.CDIDefaultKind
-			for _, d := range in.Toolkit.CDISpecDirs {
-				cfg.SpecDirs = append(cfg.SpecDirs, filepath.Join(a.cfg.HostRoot, d))
-			}
-		} else {
-			cfg.SpecDirs = []string{filepath.Join(a.cfg.HostRoot, "/etc/cdi"), filepath.Join(a.cfg.HostRoot, "/var/run/cdi")}
-		}
-		res, err := cdispec.Ensure(cfg, inv, names)
-		if err != nil {
-			cancel()
-			return nil, ConfigError{err}
-		}
-		a.log.Info("CDI spec", "source", res.Source, "kind", res.Kind, "path", res.Path, "missingFromToolkitSpec", len(res.Missing))
-		b.CDIKind = res.Kind
 	}
-
 	// Shared after the CDI spec is written: shares name no devices of their own.
-	if resources, err = a.cfg.timeSlicing().Apply(resources); err != nil {
-		cancel()
-		return nil, ConfigError{err}
+	if resources, err = a.set.timeSlicing.Apply(resources); err != nil {
+		return nil, nil, ConfigError{err}
 	}
 	if len(resources) == 0 {
 		a.log.Info("no devices found; waiting")
 	}
+	return resources, b, nil
+}
+
+// ensureCDISpec makes sure a CDI spec names every device, the toolkit's or
+// the agent's own, and returns its kind.
+func (a *Agent) ensureCDISpec(inv *discovery.Inventory, in nodeconfig.Inputs, resources []plugin.Resource) (string, error) {
+	var names []string
+	for _, r := range resources {
+		for _, d := range r.Devices {
+			if a.set.ids == strategy.IDIndex {
+				names = append(names, d.Ref.Index)
+			} else {
+				names = append(names, d.Ref.UUID)
+			}
+		}
+	}
+	cfg := cdispec.Config{Mode: a.cfg.CDISpec, WriteDir: filepath.Join(a.cfg.HostRoot, a.cfg.CDISpecDir), DevRoot: a.cfg.CDIDevRoot}
+	if in.Toolkit != nil {
+		cfg.ToolkitKind = in.Toolkit.CDIDefaultKind
+		for _, d := range in.Toolkit.CDISpecDirs {
+			cfg.SpecDirs = append(cfg.SpecDirs, filepath.Join(a.cfg.HostRoot, d))
+		}
+	} else {
+		cfg.SpecDirs = []string{filepath.Join(a.cfg.HostRoot, "/etc/cdi"), filepath.Join(a.cfg.HostRoot, "/var/run/cdi")}
+	}
+	res, err := cdispec.Ensure(cfg, inv, names)
+	if err != nil {
+		return "", err
+	}
+	a.log.Info("CDI spec", "source", res.Source, "kind", res.Kind, "path", res.Path, "missingFromToolkitSpec", len(res.Missing))
+	return res.Kind, nil
+}
+
+// servePlugins serves each resource on its socket and registers it with the
+// kubelet; a failed registration is retried later.
+func (a *Agent) servePlugins(ctx context.Context, s *session, resources []plugin.Resource, b *strategy.Builder) error {
 	kubeletSocket := filepath.Join(a.cfg.DevicePluginDir, plugin.KubeletSocketName)
 	for _, r := range resources {
 		p := plugin.New(plugin.Options{Resource: r, Dir: a.cfg.DevicePluginDir, Builder: b, Log: a.log, Metrics: a.pluginMetrics})
 		if err := p.Start(); err != nil {
 			s.stop()
-			return nil, err
+			return err
 		}
 		s.plugins = append(s.plugins, p)
 		if err := p.Register(ctx, kubeletSocket); err != nil {
@@ -366,27 +390,31 @@ func (a *Agent) start(ctx context.Context) (*session, error) {
 			s.registerFailed = true
 		}
 	}
+	return nil
+}
 
-	if a.cfg.HealthChecks && len(s.plugins) > 0 {
-		ignored, _ := health.ParseXIDs(a.cfg.IgnoredXIDs)
-		w := &health.Watcher{
-			Lib: a.backend.Lib, Inventory: inv, Ignored: ignored, Log: a.log.WithName("health"), XIDs: a.xids,
-			WaitTimeout: a.healthWait,
-			Update: func(u health.Update) {
-				for _, p := range s.plugins {
-					if p.Has(u.ID) {
-						p.SetHealth(u.ID, u.Healthy, u.Reason)
-					}
-				}
-			},
-		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := w.Run(sctx); err != nil {
-				a.log.Error(err, "health checks unavailable; devices stay healthy")
-			}
-		}()
+// watchHealth marks devices unhealthy on XID errors, for as long as the
+// session runs.
+func (a *Agent) watchHealth(ctx context.Context, s *session, inv *discovery.Inventory) {
+	if !a.cfg.HealthChecks || len(s.plugins) == 0 {
+		return
 	}
-	return s, nil
+	w := &health.Watcher{
+		Lib: a.backend.Lib, Inventory: inv, Ignored: a.set.ignoredXIDs, Log: a.log.WithName("health"), XIDs: a.xids,
+		WaitTimeout: a.healthWait,
+		Update: func(u health.Update) {
+			for _, p := range s.plugins {
+				if p.Has(u.ID) {
+					p.SetHealth(u.ID, u.Healthy, u.Reason)
+				}
+			}
+		},
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := w.Run(ctx); err != nil {
+			a.log.Error(err, "health checks unavailable; devices stay healthy")
+		}
+	}()
 }

@@ -18,21 +18,6 @@ import (
 	"github.com/gpuguard/gpuguard/internal/kubeconfig"
 )
 
-func validateVerify(c Config) error {
-	switch c.Verify {
-	case verify.ModeOff, verify.ModeReport, verify.ModeEnforce:
-	default:
-		return fmt.Errorf("--verify=%s: want off, report or enforce", c.Verify)
-	}
-	if d, err := time.ParseDuration(c.VerifyInterval); err != nil || d < time.Second {
-		return fmt.Errorf("--verify-interval=%s: want a duration of at least 1s", c.VerifyInterval)
-	}
-	// The policy file is not checked here: a policy edit, or one written for a
-	// newer gpuguard, must never keep the agent (and its device plugin) from
-	// starting. The verifier keeps the last policy it could read.
-	return nil
-}
-
 // apiConfig is the agent's API access for Events, evictions and its
 // ClusterReport: --kubeconfig, or the pod's service account in a cluster; nil
 // outside one.
@@ -62,7 +47,7 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 	if a.cfg.Verify == verify.ModeOff {
 		return
 	}
-	interval, _ := time.ParseDuration(a.cfg.VerifyInterval)
+	interval := a.set.verifyInterval
 	rep := &verify.Reporter{Mode: a.cfg.Verify, Log: a.log.WithName("verify"), Metrics: a.verifyMetrics}
 	if a.kube != nil {
 		rep.Actions = verify.Kube{Client: a.kube, Node: a.cfg.NodeName}
