@@ -105,96 +105,139 @@ func (l Locator) Collect(version string) Inputs {
 // BuildReport evaluates every check.
 func BuildReport(in Inputs) *Report {
 	r := &Report{Toolkit: in.Toolkit, Containerd: in.Containerd, ToolkitVersion: in.ToolkitVersion}
-	add := func(id string, s Status, value, detail string) {
-		r.Checks = append(r.Checks, Check{ID: id, Status: s, Value: value, Detail: detail})
-	}
-	tk := in.Toolkit
-	switch {
-	case in.ToolkitErr != nil:
-		add(CheckToolkitConfig, Fail, "error", in.ToolkitErr.Error())
-	case tk == nil:
-		add(CheckToolkitConfig, Fail, "not found", "no NVIDIA Container Toolkit config found ("+OperatorToolkitConfig+", "+DefaultToolkitConfig+"); pass --toolkit-config")
-	default:
-		add(CheckToolkitConfig, Pass, tk.Path, "")
-	}
-	if tk == nil {
-		for _, id := range []string{CheckEnvvarUnprivileged, CheckVolumeMounts, CheckRuntimeMode, CheckLdconfig} {
-			add(id, Unknown, "", "toolkit config not found")
-		}
-	} else {
-		if tk.AcceptEnvvarUnprivileged {
-			add(CheckEnvvarUnprivileged, Fail, "true", "any unprivileged container can request GPUs with NVIDIA_VISIBLE_DEVICES: set "+KeyAcceptEnvvarUnprivileged+" = false in "+tk.Path)
-		} else {
-			add(CheckEnvvarUnprivileged, Pass, "false", "")
-		}
+	for _, hc := range hardeningChecks {
+		c := Check{ID: hc.id, Status: Unknown}
 		switch {
-		case tk.AcceptVolumeMounts:
-			add(CheckVolumeMounts, Pass, "true", "")
-		case tk.RuntimeMode == "cdi":
-			add(CheckVolumeMounts, Pass, "false", "not needed: the runtime is in CDI mode")
+		case hc.needsToolkit && in.Toolkit == nil:
+			c.Detail = "toolkit config not found"
+		case hc.needsContainerd && in.Containerd == nil:
+			c.Detail = "containerd config not found"
 		default:
-			add(CheckVolumeMounts, Warn, "false", "the device plugin can only hand out GPUs through the forgeable env var: set "+KeyAcceptVolumeMounts+" = true in "+tk.Path+" (or run the runtime in CDI mode)")
+			c.Status, c.Value, c.Detail = hc.judge(in)
 		}
-		if tk.RuntimeMode == "cdi" || !tk.AcceptEnvvarUnprivileged {
-			add(CheckRuntimeMode, Pass, tk.RuntimeMode, "")
-		} else {
-			add(CheckRuntimeMode, Warn, tk.RuntimeMode, "in mode "+tk.RuntimeMode+" the runtime honours NVIDIA_VISIBLE_DEVICES from the environment")
-		}
-		if strings.HasPrefix(tk.Ldconfig, "@") {
-			add(CheckLdconfig, Pass, tk.Ldconfig, "")
-		} else {
-			add(CheckLdconfig, Fail, tk.Ldconfig, "ldconfig runs from the container's file system: set "+KeyLdconfig+` = "@/sbin/ldconfig"`)
-		}
-	}
-	if in.ToolkitVersion == "" {
-		add(CheckToolkitVersion, Unknown, "", "nvidia-ctk not found or not runnable; pass --toolkit-version")
-	} else if v, err := ParseVersion(in.ToolkitVersion); err != nil {
-		add(CheckToolkitVersion, Unknown, in.ToolkitVersion, err.Error())
-	} else if p := ToolkitVersionProblem(v); p != "" {
-		add(CheckToolkitVersion, Fail, v.String(), p)
-	} else {
-		add(CheckToolkitVersion, Pass, v.String(), "")
-	}
-
-	c := in.Containerd
-	switch {
-	case in.ContainerdErr != nil:
-		add(CheckContainerdConfig, Unknown, "error", in.ContainerdErr.Error())
-	case c == nil:
-		add(CheckContainerdConfig, Unknown, "not found", "no containerd config found; pass --containerd-config")
-	default:
-		add(CheckContainerdConfig, Pass, strings.Join(c.Paths, ","), "")
-	}
-	if c == nil {
-		for _, id := range []string{CheckNVIDIADefaultRuntime, CheckCDIPodAnnotations, CheckNRIPlugin} {
-			add(id, Unknown, "", "containerd config not found")
-		}
-		return r
-	}
-	switch {
-	case !c.NVIDIAIsDefault():
-		add(CheckNVIDIADefaultRuntime, Pass, c.DefaultRuntime, "")
-	case tk == nil || tk.AcceptEnvvarUnprivileged:
-		add(CheckNVIDIADefaultRuntime, Fail, c.DefaultRuntime, "every pod runs under the NVIDIA runtime and may name GPUs in its environment: make runc the default and use a RuntimeClass, or reject the env var in the toolkit")
-	default:
-		add(CheckNVIDIADefaultRuntime, Warn, c.DefaultRuntime, "every pod runs under the NVIDIA runtime; the toolkit rejects env var requests, but a RuntimeClass is safer")
-	}
-	if rts := c.CDIAnnotationPassthrough(); len(rts) > 0 {
-		add(CheckCDIPodAnnotations, Fail, strings.Join(rts, ","), "pod annotations cdi.k8s.io/* reach the runtime, so pods can request CDI devices themselves: remove them from pod_annotations of runtime(s) "+strings.Join(rts, ", "))
-	} else {
-		add(CheckCDIPodAnnotations, Pass, "none", "")
-	}
-	switch {
-	case c.NRIEnabled != nil && !*c.NRIEnabled:
-		add(CheckNRIPlugin, Pass, "NRI disabled", "")
-	case len(in.NRIPluginFiles) > 0:
-		add(CheckNRIPlugin, Fail, strings.Join(in.NRIPluginFiles, ","), "the NVIDIA NRI plugin injects devices named in nvidia.cdi.k8s.io/* pod annotations: turn it off or make sure the admission webhook strips those annotations")
-	case c.NRIEnabled == nil:
-		add(CheckNRIPlugin, Unknown, "", "cannot tell whether NRI is enabled")
-	default:
-		add(CheckNRIPlugin, Unknown, "NRI enabled", "NRI is enabled; no NVIDIA NRI plugin file found, but an externally started plugin cannot be seen from files")
+		r.Checks = append(r.Checks, c)
 	}
 	return r
+}
+
+// hardeningCheck judges one setting of the node. A check that reads the
+// toolkit's or containerd's configuration is Unknown without it.
+type hardeningCheck struct {
+	id                            string
+	needsToolkit, needsContainerd bool
+	judge                         func(in Inputs) (status Status, value, detail string)
+}
+
+// hardeningChecks are the report's checks, in its order.
+var hardeningChecks = []hardeningCheck{
+	{id: CheckToolkitConfig, judge: judgeToolkitConfig},
+	{id: CheckEnvvarUnprivileged, needsToolkit: true, judge: judgeEnvvarUnprivileged},
+	{id: CheckVolumeMounts, needsToolkit: true, judge: judgeVolumeMounts},
+	{id: CheckRuntimeMode, needsToolkit: true, judge: judgeRuntimeMode},
+	{id: CheckLdconfig, needsToolkit: true, judge: judgeLdconfig},
+	{id: CheckToolkitVersion, judge: judgeToolkitVersion},
+	{id: CheckContainerdConfig, judge: judgeContainerdConfig},
+	{id: CheckNVIDIADefaultRuntime, needsContainerd: true, judge: judgeNVIDIADefaultRuntime},
+	{id: CheckCDIPodAnnotations, needsContainerd: true, judge: judgeCDIPodAnnotations},
+	{id: CheckNRIPlugin, needsContainerd: true, judge: judgeNRIPlugin},
+}
+
+func judgeToolkitConfig(in Inputs) (Status, string, string) {
+	switch {
+	case in.ToolkitErr != nil:
+		return Fail, "error", in.ToolkitErr.Error()
+	case in.Toolkit == nil:
+		return Fail, "not found", "no NVIDIA Container Toolkit config found (" + OperatorToolkitConfig + ", " + DefaultToolkitConfig + "); pass --toolkit-config"
+	}
+	return Pass, in.Toolkit.Path, ""
+}
+
+func judgeEnvvarUnprivileged(in Inputs) (Status, string, string) {
+	if in.Toolkit.AcceptEnvvarUnprivileged {
+		return Fail, "true", "any unprivileged container can request GPUs with NVIDIA_VISIBLE_DEVICES: set " + KeyAcceptEnvvarUnprivileged + " = false in " + in.Toolkit.Path
+	}
+	return Pass, "false", ""
+}
+
+func judgeVolumeMounts(in Inputs) (Status, string, string) {
+	tk := in.Toolkit
+	switch {
+	case tk.AcceptVolumeMounts:
+		return Pass, "true", ""
+	case tk.RuntimeMode == "cdi":
+		return Pass, "false", "not needed: the runtime is in CDI mode"
+	}
+	return Warn, "false", "the device plugin can only hand out GPUs through the forgeable env var: set " + KeyAcceptVolumeMounts + " = true in " + tk.Path + " (or run the runtime in CDI mode)"
+}
+
+func judgeRuntimeMode(in Inputs) (Status, string, string) {
+	tk := in.Toolkit
+	if tk.RuntimeMode == "cdi" || !tk.AcceptEnvvarUnprivileged {
+		return Pass, tk.RuntimeMode, ""
+	}
+	return Warn, tk.RuntimeMode, "in mode " + tk.RuntimeMode + " the runtime honours NVIDIA_VISIBLE_DEVICES from the environment"
+}
+
+func judgeLdconfig(in Inputs) (Status, string, string) {
+	if strings.HasPrefix(in.Toolkit.Ldconfig, "@") {
+		return Pass, in.Toolkit.Ldconfig, ""
+	}
+	return Fail, in.Toolkit.Ldconfig, "ldconfig runs from the container's file system: set " + KeyLdconfig + ` = "@/sbin/ldconfig"`
+}
+
+func judgeToolkitVersion(in Inputs) (Status, string, string) {
+	if in.ToolkitVersion == "" {
+		return Unknown, "", "nvidia-ctk not found or not runnable; pass --toolkit-version"
+	}
+	v, err := ParseVersion(in.ToolkitVersion)
+	if err != nil {
+		return Unknown, in.ToolkitVersion, err.Error()
+	}
+	if p := ToolkitVersionProblem(v); p != "" {
+		return Fail, v.String(), p
+	}
+	return Pass, v.String(), ""
+}
+
+func judgeContainerdConfig(in Inputs) (Status, string, string) {
+	switch {
+	case in.ContainerdErr != nil:
+		return Unknown, "error", in.ContainerdErr.Error()
+	case in.Containerd == nil:
+		return Unknown, "not found", "no containerd config found; pass --containerd-config"
+	}
+	return Pass, strings.Join(in.Containerd.Paths, ","), ""
+}
+
+func judgeNVIDIADefaultRuntime(in Inputs) (Status, string, string) {
+	c, tk := in.Containerd, in.Toolkit
+	switch {
+	case !c.NVIDIAIsDefault():
+		return Pass, c.DefaultRuntime, ""
+	case tk == nil || tk.AcceptEnvvarUnprivileged:
+		return Fail, c.DefaultRuntime, "every pod runs under the NVIDIA runtime and may name GPUs in its environment: make runc the default and use a RuntimeClass, or reject the env var in the toolkit"
+	}
+	return Warn, c.DefaultRuntime, "every pod runs under the NVIDIA runtime; the toolkit rejects env var requests, but a RuntimeClass is safer"
+}
+
+func judgeCDIPodAnnotations(in Inputs) (Status, string, string) {
+	if rts := in.Containerd.CDIAnnotationPassthrough(); len(rts) > 0 {
+		return Fail, strings.Join(rts, ","), "pod annotations cdi.k8s.io/* reach the runtime, so pods can request CDI devices themselves: remove them from pod_annotations of runtime(s) " + strings.Join(rts, ", ")
+	}
+	return Pass, "none", ""
+}
+
+func judgeNRIPlugin(in Inputs) (Status, string, string) {
+	c := in.Containerd
+	switch {
+	case c.NRIEnabled != nil && !*c.NRIEnabled:
+		return Pass, "NRI disabled", ""
+	case len(in.NRIPluginFiles) > 0:
+		return Fail, strings.Join(in.NRIPluginFiles, ","), "the NVIDIA NRI plugin injects devices named in nvidia.cdi.k8s.io/* pod annotations: turn it off or make sure the admission webhook strips those annotations"
+	case c.NRIEnabled == nil:
+		return Unknown, "", "cannot tell whether NRI is enabled"
+	}
+	return Unknown, "NRI enabled", "NRI is enabled; no NVIDIA NRI plugin file found, but an externally started plugin cannot be seen from files"
 }
 
 // String renders the report for logs.
