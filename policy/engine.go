@@ -81,12 +81,79 @@ type Result struct {
 	OmittedViolations int `json:"omittedViolations,omitempty"`
 	// OmittedRules are the rules of the omitted violations, sorted.
 	OmittedRules []RuleID `json:"omittedRules,omitempty"`
-	// Warnings are returned to the client as admission warnings.
-	Warnings []string `json:"warnings"`
+	// Warnings are returned to the client as admission warnings
+	// (Warning.String).
+	Warnings []Warning `json:"warnings"`
 	// AuditAnnotations are recorded in the API server's audit log.
 	AuditAnnotations map[string]string `json:"auditAnnotations,omitempty"`
 	// Patch is an RFC 6902 patch against the object exactly as given.
 	Patch []jsonpatch.Operation `json:"patch"`
+}
+
+// Warning is a finding the client is told about without a denial.
+type Warning struct {
+	Rule RuleID `json:"rule"`
+	// Path of the field concerned, where there is one.
+	Path    string `json:"path,omitempty"`
+	Message string `json:"message"`
+}
+
+// String is the warning as an admission warning: "gpuguard RULE: message",
+// at most 120 characters, since kubectl prints one a line.
+func (w Warning) String() string { return warning(w.Rule, w.Message) }
+
+// Decision classifies a result, the same way for check's verdicts, the
+// webhook's metrics and logs, and the audit.
+type Decision string
+
+// Decisions, in precedence: a denied object is "deny" whatever else; an
+// admitted one with warnings is "warn", since its owner has something to
+// act on, even if it was also patched.
+const (
+	DecisionExempt Decision = "exempt"
+	DecisionDeny   Decision = "deny"
+	DecisionWarn   Decision = "warn"
+	DecisionMutate Decision = "mutate"
+	DecisionAllow  Decision = "allow"
+)
+
+// Decision classifies the result.
+func (r *Result) Decision() Decision {
+	switch {
+	case r.Exempt != "":
+		return DecisionExempt
+	case !r.Allowed:
+		return DecisionDeny
+	case len(r.Warnings) > 0:
+		return DecisionWarn
+	case len(r.Patch) > 0:
+		return DecisionMutate
+	}
+	return DecisionAllow
+}
+
+// WarningStrings are the warnings as admission warnings.
+func (r *Result) WarningStrings() []string {
+	out := make([]string, len(r.Warnings))
+	for i, w := range r.Warnings {
+		out[i] = w.String()
+	}
+	return out
+}
+
+// Rules names each rule of the result once, sorted: violations, omitted
+// violations and warnings.
+func (r *Result) Rules() []RuleID {
+	var rules []RuleID
+	for _, v := range r.Violations {
+		rules = append(rules, v.Rule)
+	}
+	rules = append(rules, r.OmittedRules...)
+	for _, w := range r.Warnings {
+		rules = append(rules, w.Rule)
+	}
+	slices.Sort(rules)
+	return slices.Compact(rules)
 }
 
 // Engine evaluates requests against one policy. It is safe for concurrent use.

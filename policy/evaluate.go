@@ -26,7 +26,7 @@ const SubresourceStatus = "status"
 // untouched.
 func (e *Engine) Evaluate(ctx context.Context, req *Request) Result {
 	mode, modeNote := e.modeFor(req.NamespaceLabels)
-	untouched := Result{Allowed: true, Mode: mode, Violations: []Violation{}, Warnings: []string{}, Patch: nilPatch()}
+	untouched := Result{Allowed: true, Mode: mode, Violations: []Violation{}, Warnings: []Warning{}, Patch: nilPatch()}
 	if req.Object == nil || reflect.ValueOf(req.Object).IsNil() {
 		return untouched
 	}

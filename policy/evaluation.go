@@ -218,21 +218,21 @@ func sortedKeys(m map[int]string) []int {
 
 // result applies the mode to the findings.
 func (ev *evaluation) result(mode config.Mode) Result {
-	r := Result{Allowed: true, Mode: mode, Violations: []Violation{}, Warnings: []string{}, Patch: []jsonpatch.Operation{}}
+	r := Result{Allowed: true, Mode: mode, Violations: []Violation{}, Warnings: []Warning{}, Patch: []jsonpatch.Operation{}}
 	audit := map[string][]string{}
-	var advice []string
+	var advice []Warning
 	for _, f := range ev.findings {
 		v := Violation{Path: f.path, Rule: f.rule, Container: f.container, Message: f.message}
 		switch {
 		case mode == config.ModeAudit:
 			audit[string(f.rule)] = append(audit[string(f.rule)], f.path+": "+f.message)
 		case f.stripped:
-			r.Warnings = append(r.Warnings, warning(f.rule, f.message))
+			r.Warnings = append(r.Warnings, Warning{Rule: f.rule, Path: f.path, Message: f.message})
 			audit["stripped"] = append(audit["stripped"], f.path+": "+f.message)
 		case f.effect == effectDeny && mode == config.ModeEnforce:
 			r.Violations = append(r.Violations, v)
 		default:
-			advice = append(advice, warning(f.rule, f.message))
+			advice = append(advice, Warning{Rule: f.rule, Path: f.path, Message: f.message})
 		}
 	}
 	advice = append(advice, ev.addOmitted(&r, mode, audit)...)
@@ -259,7 +259,7 @@ func (ev *evaluation) result(mode config.Mode) Result {
 // the others: omitted violations are counted in the result, the rest are
 // summed up in one line each for the audit annotations, the warnings and the
 // advice it returns.
-func (ev *evaluation) addOmitted(r *Result, mode config.Mode, audit map[string][]string) (advice []string) {
+func (ev *evaluation) addOmitted(r *Result, mode config.Mode, audit map[string][]string) (advice []Warning) {
 	if len(ev.omitted) == 0 {
 		return nil
 	}
@@ -285,11 +285,11 @@ func (ev *evaluation) addOmitted(r *Result, mode config.Mode, audit map[string][
 	slices.Sort(r.OmittedRules)
 	if stripped > 0 {
 		msg := fmt.Sprintf("removed %d more entries like those above", stripped)
-		r.Warnings = append(r.Warnings, warning(RuleID(firstSorted(strippedRules)), msg))
+		r.Warnings = append(r.Warnings, Warning{Rule: RuleID(firstSorted(strippedRules)), Message: msg})
 		audit["stripped"] = append(audit["stripped"], msg)
 	}
 	if advised > 0 {
-		advice = append(advice, warning(RuleID(firstSorted(advisedRules)), fmt.Sprintf("%d more findings like those above", advised)))
+		advice = append(advice, Warning{Rule: RuleID(firstSorted(advisedRules)), Message: fmt.Sprintf("%d more findings like those above", advised)})
 	}
 	return advice
 }

@@ -212,7 +212,7 @@ func TestConfigMapReadErrorWarns(t *testing.T) {
 		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}},
 		EnvFrom:   []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}}}}}}}
 	r := e.Evaluate(context.Background(), &Request{Operation: admissionv1.Create, Phase: Validating, Object: pod, ConfigMaps: failingConfigMaps{}})
-	if !r.Allowed || len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "could not be read") {
+	if !r.Allowed || len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0].Message, "could not be read") {
 		t.Errorf("want one warning that the ConfigMap could not be read, got %+v", r)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -57,10 +56,12 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 	result := engine.Evaluate(ctx, preq)
 	h.Metrics.Evaluation.WithLabelValues(string(h.Phase)).Observe(time.Since(start).Seconds())
-	decision := decisionOf(result)
+	decision := result.Decision()
 	h.countResult(req, decision, result)
-	if decision == "deny" || decision == "mutate" || (decision == "warn" && h.Phase == policy.Validating) {
-		h.Log.Info("admission "+decision, "uid", req.UID, "phase", h.Phase, "namespace", req.Namespace,
+	// Every denial and every patch is logged; warnings once, where the
+	// client gets them (the validating phase gives advice).
+	if !result.Allowed || len(result.Patch) > 0 || (len(result.Warnings) > 0 && h.Phase == policy.Validating) {
+		h.Log.Info("admission "+string(decision), "uid", req.UID, "phase", h.Phase, "namespace", req.Namespace,
 			"name", objectName(req, preq.Object), "kind", kind, "operation", req.Operation, "rules", rulesOf(result),
 			"findings", len(result.Violations)+result.OmittedViolations, "user", req.UserInfo.Username,
 			"mode", result.Mode, "dryRun", req.DryRun != nil && *req.DryRun)
@@ -121,7 +122,7 @@ func responseFor(r policy.Result, kind string) admission.Response {
 	} else {
 		resp = admission.Denied(denialMessage(r, kind))
 	}
-	resp.Warnings = r.Warnings
+	resp.Warnings = r.WarningStrings()
 	resp.AuditAnnotations = r.AuditAnnotations
 	return resp
 }
@@ -138,52 +139,27 @@ func denialMessage(r policy.Result, kind string) string {
 	return b.String()
 }
 
-func decisionOf(r policy.Result) string {
-	switch {
-	case r.Exempt != "":
-		return "exempt"
-	case !r.Allowed:
-		return "deny"
-	case len(r.Patch) > 0:
-		return "mutate"
-	case len(r.Warnings) > 0:
-		return "warn"
-	}
-	return "allow"
-}
-
 // rulesOf names each rule of the result once, sorted: a pod with thousands
 // of offending entries is one log field and one metric increment per rule.
 func rulesOf(r policy.Result) []string {
 	var rules []string
-	for _, v := range r.Violations {
-		rules = append(rules, string(v.Rule))
-	}
-	for _, rule := range r.OmittedRules {
+	for _, rule := range r.Rules() {
 		rules = append(rules, string(rule))
 	}
-	for _, w := range r.Warnings {
-		if rest, ok := strings.CutPrefix(w, "gpuguard "); ok {
-			if rule, _, ok := strings.Cut(rest, ":"); ok {
-				rules = append(rules, rule)
-			}
-		}
-	}
-	slices.Sort(rules)
-	return slices.Compact(rules)
+	return rules
 }
 
 func (h *Handler) count(req admission.Request, decision, rule string) {
 	h.Metrics.Decisions.WithLabelValues(string(h.Phase), string(req.Operation), req.Kind.Kind, decision, rule).Inc()
 }
 
-func (h *Handler) countResult(req admission.Request, decision string, r policy.Result) {
+func (h *Handler) countResult(req admission.Request, decision policy.Decision, r policy.Result) {
 	rules := rulesOf(r)
 	if len(rules) == 0 {
-		h.count(req, decision, "")
+		h.count(req, string(decision), "")
 	}
 	for _, rule := range rules {
-		h.count(req, decision, rule)
+		h.count(req, string(decision), rule)
 	}
 }
 

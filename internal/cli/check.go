@@ -73,6 +73,7 @@ type checkedObject struct {
 	Warnings          []string              `json:"warnings"`
 	AuditAnnotations  map[string]string     `json:"auditAnnotations,omitempty"`
 	Patch             []jsonpatch.Operation `json:"patch"`
+	decision          policy.Decision
 }
 
 func (o *checkOptions) run(ctx context.Context, paths []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -212,7 +213,7 @@ func newCheckedObject(apiVersion, kind, namespace, name, source string, r policy
 		APIVersion: apiVersion, Kind: kind, Namespace: namespace, Name: name,
 		Source: source, Allowed: r.Allowed, Mode: r.Mode, Exempt: r.Exempt,
 		Violations: r.Violations, OmittedViolations: r.OmittedViolations, OmittedRules: r.OmittedRules,
-		Warnings: r.Warnings, AuditAnnotations: r.AuditAnnotations, Patch: r.Patch,
+		Warnings: r.WarningStrings(), AuditAnnotations: r.AuditAnnotations, Patch: r.Patch, decision: r.Decision(),
 	}
 }
 
@@ -264,13 +265,15 @@ func printText(w io.Writer, results []checkedObject, skipped []string) {
 		len(results), counts["ALLOW"], counts["MUTATE"], counts["WARN"], counts["DENY"], len(skipped))
 }
 
+// verdictOf is the result's decision as check prints it; an exempt object
+// is allowed untouched.
 func verdictOf(r checkedObject) string {
-	switch {
-	case !r.Allowed:
+	switch r.decision {
+	case policy.DecisionDeny:
 		return "DENY"
-	case len(r.Warnings) > 0:
+	case policy.DecisionWarn:
 		return "WARN"
-	case len(r.Patch) > 0:
+	case policy.DecisionMutate:
 		return "MUTATE"
 	}
 	return "ALLOW"
