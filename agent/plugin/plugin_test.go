@@ -60,9 +60,14 @@ func builder(t testing.TB, list string, ids strategy.IDStrategy) *strategy.Build
 // startPlugin serves the GPU resource of a mock DGX A100 in a fresh dir.
 func startPlugin(t testing.TB, list string) (*Plugin, string, pluginapi.DevicePluginClient) {
 	t.Helper()
+	return serveResource(t, mockResources(t, "mock:dgxa100", MIGMixed)[0], list)
+}
+
+// serveResource serves r in a fresh dir and dials it.
+func serveResource(t testing.TB, r Resource, list string) (*Plugin, string, pluginapi.DevicePluginClient) {
+	t.Helper()
 	dir := shortDir(t)
-	rs := mockResources(t, "mock:dgxa100", MIGMixed)
-	p := New(Options{Resource: rs[0], Dir: dir, Builder: builder(t, list, strategy.IDUUID), Log: logr.Discard()})
+	p := New(Options{Resource: r, Dir: dir, Builder: builder(t, list, strategy.IDUUID), Log: logr.Discard()})
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}

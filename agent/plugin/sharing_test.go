@@ -5,11 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/gpuguard/gpuguard/agent/kubelettest"
-	"github.com/gpuguard/gpuguard/agent/strategy"
 )
 
 func TestTimeSlicingAdvertisesShares(t *testing.T) {
@@ -48,17 +45,7 @@ func startShared(t *testing.T) (*Plugin, Resource, pluginapi.DevicePluginClient)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := shortDir(t)
-	p := New(Options{Resource: rs[0], Dir: dir, Builder: builder(t, "envvar", strategy.IDUUID), Log: logr.Discard()})
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Stop)
-	c, closeFn, err := kubelettest.Dial(dir, p.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeFn)
+	p, _, c := serveResource(t, rs[0], "envvar")
 	return p, rs[0], c
 }
 
