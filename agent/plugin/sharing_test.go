@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
 )
 
 func TestTimeSlicingAdvertisesShares(t *testing.T) {
