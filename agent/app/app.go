@@ -117,25 +117,11 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Agent, error)
 	return a, nil
 }
 
-// Backend is the opened discovery backend (tests reach the mock through it).
-func (a *Agent) Backend() *discovery.Backend { return a.backend }
-
 // Healthy is nil while the agent runs as configured.
 func (a *Agent) Healthy() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.status
-}
-
-// Serving lists the resources currently served.
-func (a *Agent) Serving() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []string
-	for _, p := range a.serving {
-		out = append(out, p.Resource())
-	}
-	return out
 }
 
 func (a *Agent) setStatus(err error, serving []*plugin.Plugin) {

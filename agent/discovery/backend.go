@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"fmt"
+	"github.com/gpuguard/gpuguard/agent/discovery/nvmlmock"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -12,7 +13,7 @@ type Backend struct {
 	Name string
 	Lib  nvml.Interface
 	// Mock is set for mock backends.
-	Mock *MockNode
+	Mock *nvmlmock.Node
 }
 
 // OpenBackend resolves --backend: "nvml" (libnvidia-ml.so.1, optionally at
@@ -29,20 +30,20 @@ func OpenBackend(spec, nodeName, libraryPath string) (*Backend, error) {
 	case strings.HasPrefix(spec, "mock:"):
 		rest := strings.TrimPrefix(spec, "mock:")
 		name, variant, _ := strings.Cut(rest, ":")
-		opts := MockOptions{NodeName: nodeName}
+		opts := nvmlmock.Options{NodeName: nodeName}
 		switch variant {
 		case "":
 		case "mig":
-			opts.MIG = DefaultMIGLayout()
+			opts.MIG = nvmlmock.DefaultMIGLayout()
 		default:
 			return nil, fmt.Errorf("--backend=%s: unknown mock variant %q (only \"mig\")", spec, variant)
 		}
-		n, err := NewMockNode(name, opts)
+		n, err := nvmlmock.NewNode(name, opts)
 		if err != nil {
 			return nil, fmt.Errorf("--backend=%s: %w", spec, err)
 		}
 		return &Backend{Name: spec, Lib: n.Server, Mock: n}, nil
 	default:
-		return nil, fmt.Errorf("--backend=%s: want nvml or mock:NAME (NAME one of %s)", spec, strings.Join(MockSystems(), ", "))
+		return nil, fmt.Errorf("--backend=%s: want nvml or mock:NAME (NAME one of %s)", spec, strings.Join(nvmlmock.Systems(), ", "))
 	}
 }

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"errors"
+	"github.com/gpuguard/gpuguard/agent/discovery/nvmlmock"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,7 +37,7 @@ func TestDiscoverEveryMockSystem(t *testing.T) {
 		"dgxh200": "H200",
 		"dgxb200": "B200",
 	}
-	for _, sys := range MockSystems() {
+	for _, sys := range nvmlmock.Systems() {
 		t.Run(sys, func(t *testing.T) {
 			inv := discoverMock(t, "mock:"+sys, "node-a")
 			if len(inv.GPUs) != 8 {
@@ -60,8 +61,8 @@ func TestDiscoverEveryMockSystem(t *testing.T) {
 				if g.MemoryBytes < 40<<30 {
 					t.Errorf("GPU %d: memory %d bytes", i, g.MemoryBytes)
 				}
-				if g.PCIBusID != dgxPCIBusIDs[i] {
-					t.Errorf("GPU %d: PCI bus ID %q, want %q", i, g.PCIBusID, dgxPCIBusIDs[i])
+				if g.PCIBusID != nvmlmock.DGXPCIBusIDs[i] {
+					t.Errorf("GPU %d: PCI bus ID %q, want %q", i, g.PCIBusID, nvmlmock.DGXPCIBusIDs[i])
 				}
 				if wantNUMA := i / 4; g.NUMANode != wantNUMA {
 					t.Errorf("GPU %d: NUMA %d, want %d", i, g.NUMANode, wantNUMA)
@@ -148,7 +149,7 @@ func TestBadBackendSpecs(t *testing.T) {
 }
 
 func TestDiscoveryErrorsAreReported(t *testing.T) {
-	n, err := NewMockNode("dgxa100", MockOptions{NodeName: "n"})
+	n, err := nvmlmock.NewNode("dgxa100", nvmlmock.Options{NodeName: "n"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func TestNormalizePCIBusID(t *testing.T) {
 }
 
 func TestMockEventsRegistration(t *testing.T) {
-	n, err := NewMockNode("dgxh100", MockOptions{NodeName: "n"})
+	n, err := nvmlmock.NewNode("dgxh100", nvmlmock.Options{NodeName: "n"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"github.com/gpuguard/gpuguard/agent/discovery/nvmlmock"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ import (
 )
 
 type rig struct {
-	node    *discovery.MockNode
+	node    *nvmlmock.Node
 	inv     *discovery.Inventory
 	updates chan Update
 	w       *Watcher
@@ -29,7 +30,7 @@ type rig struct {
 
 func newRig(t *testing.T, system string, mig map[int][]int, tweak func(*rig)) *rig {
 	t.Helper()
-	node, err := discovery.NewMockNode(system, discovery.MockOptions{NodeName: "n", MIG: mig})
+	node, err := nvmlmock.NewNode(system, nvmlmock.Options{NodeName: "n", MIG: mig})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func (r *rig) updatedIDs(t *testing.T, n int) map[string]bool {
 }
 
 func TestMIGEventsHitTheirInstance(t *testing.T) {
-	r := newRig(t, "dgxa100", discovery.DefaultMIGLayout(), nil)
+	r := newRig(t, "dgxa100", nvmlmock.DefaultMIGLayout(), nil)
 	gpu0 := r.inv.GPUs[0]
 	target := gpu0.MIG[2]
 	r.node.Events.SendXIDOnInstance(r.dev(0), 79, uint32(target.GPUInstanceID), uint32(target.ComputeInstanceID))
@@ -234,7 +235,7 @@ func TestWaitFailuresBackOffThenMarkAllAndRecover(t *testing.T) {
 }
 
 func TestDevicesWithoutEventsAreSkipped(t *testing.T) {
-	node, err := discovery.NewMockNode("dgxa100", discovery.MockOptions{NodeName: "n"})
+	node, err := nvmlmock.NewNode("dgxa100", nvmlmock.Options{NodeName: "n"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +271,7 @@ func TestDevicesWithoutEventsAreSkipped(t *testing.T) {
 }
 
 func TestEventSetUnavailable(t *testing.T) {
-	node, _ := discovery.NewMockNode("dgxa100", discovery.MockOptions{NodeName: "n"})
+	node, _ := nvmlmock.NewNode("dgxa100", nvmlmock.Options{NodeName: "n"})
 	node.Server.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
 	inv, _ := discovery.Discover(node.Server, discovery.Options{})
 	w := &Watcher{Lib: node.Server, Inventory: inv, Log: logr.Discard()}

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"github.com/gpuguard/gpuguard/agent/discovery/nvmlmock"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,7 +19,7 @@ import (
 // reached elsewhere) is a finding seen by nvml-process; a process on its own
 // GPU, or outside every container, is not.
 func TestNVMLProcessesFindWhatDevNodesHide(t *testing.T) {
-	mock, err := discovery.NewMockNode("dgxa100", discovery.MockOptions{NodeName: "n1"})
+	mock, err := nvmlmock.NewNode("dgxa100", nvmlmock.Options{NodeName: "n1"})
 	if err != nil {
 		t.Fatal(err)
 	}

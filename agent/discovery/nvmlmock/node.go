@@ -1,4 +1,9 @@
-package discovery
+// Package nvmlmock is a fake NVML: go-nvml's canned servers (DGX A100, H100,
+// H200, B200) completed with what gpuguard needs and the mock servers lack:
+// stable per-node UUIDs, PCI bus IDs, NUMA nodes, MIG devices, running
+// processes and a controllable event set. The agent serves it with
+// --backend=mock:NAME, for the node suite and demos; nothing else uses it.
+package nvmlmock
 
 import (
 	"fmt"
@@ -24,8 +29,8 @@ var mockSystems = map[string]func() *server.Server{
 	"dgxb200": dgxb200.New,
 }
 
-// MockSystems lists the names accepted by --backend=mock:NAME.
-func MockSystems() []string {
+// Systems lists the names accepted by --backend=mock:NAME.
+func Systems() []string {
 	names := make([]string, 0, len(mockSystems))
 	for n := range mockSystems {
 		names = append(names, n)
@@ -34,15 +39,15 @@ func MockSystems() []string {
 	return names
 }
 
-// dgxPCIBusIDs are the bus IDs of the eight GPUs of a DGX-class board, so
+// DGXPCIBusIDs are the bus IDs of the eight GPUs of a DGX-class board, so
 // mock nodes look like real ones in logs and in preferred allocations.
-var dgxPCIBusIDs = []string{
+var DGXPCIBusIDs = []string{
 	"0000:07:00.0", "0000:0f:00.0", "0000:47:00.0", "0000:4e:00.0",
 	"0000:87:00.0", "0000:90:00.0", "0000:b7:00.0", "0000:bd:00.0",
 }
 
-// MockOptions shape a mock node.
-type MockOptions struct {
+// Options shape a mock node.
+type Options struct {
 	// NodeName seeds the device UUIDs, so that they are stable per node.
 	NodeName string
 	// MIG maps a GPU index to the GPU-instance profile IDs
@@ -59,12 +64,12 @@ func DefaultMIGLayout() map[int][]int {
 	}
 }
 
-// MockNode is a go-nvml mock server completed with what the agent needs and
+// Node is a go-nvml mock server completed with what the agent needs and
 // the canned servers lack: stable UUIDs, PCI bus IDs in PciInfo, NUMA nodes,
 // MIG device handles and an event set whose events tests control.
-type MockNode struct {
+type Node struct {
 	Server *server.Server
-	Events *MockEvents
+	Events *Events
 
 	procMu    sync.Mutex
 	processes map[int][]uint32 // GPU index -> PIDs of its compute processes
@@ -72,13 +77,13 @@ type MockNode struct {
 
 // SetProcesses makes NVML report pids as the compute processes of GPU index
 // (none when empty), as a CUDA program holding a context there would be.
-func (n *MockNode) SetProcesses(index int, pids ...uint32) {
+func (n *Node) SetProcesses(index int, pids ...uint32) {
 	n.procMu.Lock()
 	defer n.procMu.Unlock()
 	n.processes[index] = pids
 }
 
-func (n *MockNode) runningProcesses(index int) []nvml.ProcessInfo {
+func (n *Node) runningProcesses(index int) []nvml.ProcessInfo {
 	n.procMu.Lock()
 	defer n.procMu.Unlock()
 	out := []nvml.ProcessInfo{}
@@ -88,22 +93,22 @@ func (n *MockNode) runningProcesses(index int) []nvml.ProcessInfo {
 	return out
 }
 
-// NewMockNode builds the mock node called name (see MockSystems).
-func NewMockNode(name string, opts MockOptions) (*MockNode, error) {
+// NewNode builds the mock node called name (see Systems).
+func NewNode(name string, opts Options) (*Node, error) {
 	ctor, ok := mockSystems[name]
 	if !ok {
-		return nil, fmt.Errorf("unknown mock system %q (known: %s)", name, strings.Join(MockSystems(), ", "))
+		return nil, fmt.Errorf("unknown mock system %q (known: %s)", name, strings.Join(Systems(), ", "))
 	}
 	s := ctor()
-	n := &MockNode{Server: s, Events: NewMockEvents(), processes: map[int][]uint32{}}
+	n := &Node{Server: s, Events: NewEvents(), processes: map[int][]uint32{}}
 	s.EventSetCreateFunc = n.Events.create
 	for i, d := range s.Devices {
 		dev := d.(*server.Device)
 		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return n.runningProcesses(i), nvml.SUCCESS }
 		dev.GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
 		dev.UUID = StableUUID("GPU", opts.NodeName, name, fmt.Sprint(i))
-		if i < len(dgxPCIBusIDs) {
-			dev.PciBusID = dgxPCIBusIDs[i]
+		if i < len(DGXPCIBusIDs) {
+			dev.PciBusID = DGXPCIBusIDs[i]
 		}
 		completeMockDevice(dev, i, len(s.Devices))
 		if layout, ok := opts.MIG[i]; ok {

@@ -1,4 +1,4 @@
-package discovery
+package nvmlmock
 
 import (
 	"sync"
@@ -8,10 +8,10 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 )
 
-// MockEvents stands in for NVML's event sets on a mock node. go-nvml's mock
+// Events stands in for NVML's event sets on a mock node. go-nvml's mock
 // servers have none; the agent's health watcher needs one. Tests deliver
 // XIDs and wait failures through it.
-type MockEvents struct {
+type Events struct {
 	queue chan mockEvent
 
 	mu         sync.Mutex
@@ -24,9 +24,9 @@ type mockEvent struct {
 	ret  nvml.Return
 }
 
-// NewMockEvents returns an event source with an empty queue.
-func NewMockEvents() *MockEvents {
-	return &MockEvents{
+// NewEvents returns an event source with an empty queue.
+func NewEvents() *Events {
+	return &Events{
 		queue:      make(chan mockEvent, 64),
 		registered: map[nvml.Device]uint64{},
 		changed:    make(chan struct{}),
@@ -34,12 +34,12 @@ func NewMockEvents() *MockEvents {
 }
 
 // SendXID queues an XID critical error event for dev (a full GPU).
-func (e *MockEvents) SendXID(dev nvml.Device, xid uint64) {
+func (e *Events) SendXID(dev nvml.Device, xid uint64) {
 	e.SendXIDOnInstance(dev, xid, 0xFFFFFFFF, 0xFFFFFFFF)
 }
 
 // SendXIDOnInstance queues an XID event for a GPU and compute instance of dev.
-func (e *MockEvents) SendXIDOnInstance(dev nvml.Device, xid uint64, gi, ci uint32) {
+func (e *Events) SendXIDOnInstance(dev nvml.Device, xid uint64, gi, ci uint32) {
 	e.queue <- mockEvent{data: nvml.EventData{
 		Device:            dev,
 		EventType:         nvml.EventTypeXidCriticalError,
@@ -50,19 +50,19 @@ func (e *MockEvents) SendXIDOnInstance(dev nvml.Device, xid uint64, gi, ci uint3
 }
 
 // FailWait makes a following Wait return ret (not a timeout).
-func (e *MockEvents) FailWait(ret nvml.Return) {
+func (e *Events) FailWait(ret nvml.Return) {
 	e.queue <- mockEvent{ret: ret}
 }
 
 // Registered returns the event mask registered for dev, 0 if none.
-func (e *MockEvents) Registered(dev nvml.Device) uint64 {
+func (e *Events) Registered(dev nvml.Device) uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.registered[dev]
 }
 
 // RegistrationChanged is closed at the next event registration.
-func (e *MockEvents) RegistrationChanged() <-chan struct{} {
+func (e *Events) RegistrationChanged() <-chan struct{} {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.changed
@@ -70,10 +70,10 @@ func (e *MockEvents) RegistrationChanged() <-chan struct{} {
 
 type mockEventSet struct {
 	mock.EventSet
-	src *MockEvents
+	src *Events
 }
 
-func (e *MockEvents) create() (nvml.EventSet, nvml.Return) {
+func (e *Events) create() (nvml.EventSet, nvml.Return) {
 	s := &mockEventSet{src: e}
 	s.WaitFunc = s.wait
 	s.FreeFunc = func() nvml.Return { return nvml.SUCCESS }
