@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpuguard/gpuguard/internal/audit"
+	"github.com/gpuguard/gpuguard/internal/policysource"
 	"github.com/gpuguard/gpuguard/internal/reports"
 	"github.com/gpuguard/gpuguard/policy"
 )
@@ -47,7 +48,7 @@ type auditSync struct {
 	client    client.Client
 	// reader reads Reports straight from the API server: no cluster-wide watch.
 	reader    client.Reader
-	source    *PolicySource
+	source    *policysource.Source
 	options   AuditOptions
 	namespace string // the policy's, for the Lease and left out of the audit
 	metrics   *Metrics

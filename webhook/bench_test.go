@@ -33,7 +33,7 @@ func startBenchServer(b *testing.B) *server {
 	source := loadedSource(b, "")
 	srv := newWebhookServer(o)
 	m := NewMetrics()
-	registerHandlers(srv, newGate(DefaultLimits(), source.loaded, nil, m), func(phase policy.Phase) *Handler {
+	registerHandlers(srv, newGate(DefaultLimits(), source.Loaded, nil, m), func(phase policy.Phase) *Handler {
 		return &Handler{Phase: phase, Policies: source, Metrics: m, Log: logr.Discard()}
 	})
 	srv.Register(decodeOnlyPath, withRequestTimeout(&admission.Webhook{Handler: admission.HandlerFunc(

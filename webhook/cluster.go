@@ -23,6 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/gpuguard/gpuguard/internal/backstop"
+	"github.com/gpuguard/gpuguard/internal/policysource"
 	"github.com/gpuguard/gpuguard/policy"
 )
 
@@ -61,18 +63,19 @@ func runInCluster(ctx context.Context, o Options) error {
 	m := DefaultMetrics()
 	source := NewPolicySource(m, o.Log.WithName("policy"))
 	namespaces := newNamespaceCache(mgr.GetCache(), mgr.GetAPIReader(), o.APIReadTimeout)
-	reconciler := &policyReconciler{
-		key: o.PolicyConfigMap, reader: mgr.GetClient(), apiReader: mgr.GetAPIReader(), source: source,
-		events: mgr.GetEventRecorder("gpuguard"), metrics: m, log: o.Log.WithName("policy"),
+	reconciler := &policysource.Reconciler{
+		Key: o.PolicyConfigMap, Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Source: source,
+		Events: mgr.GetEventRecorder("gpuguard"), Reloads: m.PolicyReloads, MissingExemptNS: m.MissingExemptNS, Log: o.Log.WithName("policy"),
 	}
 	if o.CELBackstop != nil {
-		reconciler.backstop = &backstopSync{client: mgr.GetClient(), reader: mgr.GetAPIReader(), options: *o.CELBackstop, owner: o.ValidatingConfig,
-			source: source, metrics: m, log: o.Log.WithName("backstop")}
-		if err := mgr.Add(reconciler.backstop); err != nil {
+		sync := &backstop.Sync{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Options: *o.CELBackstop, Owner: o.ValidatingConfig,
+			Source: source, Syncs: m.BackstopSyncs, Log: o.Log.WithName("backstop")}
+		reconciler.Apply = sync.Apply
+		if err := mgr.Add(sync); err != nil {
 			return err
 		}
 	}
-	if err := reconciler.setup(mgr); err != nil {
+	if err := reconciler.Setup(mgr); err != nil {
 		return err
 	}
 	if o.Audit != nil {
@@ -86,7 +89,7 @@ func runInCluster(ctx context.Context, o Options) error {
 	configMaps := newConfigMapReader(mgr.GetAPIReader(), o.ConfigMapCacheTTL, o.APIReadTimeout, m)
 	srv := newWebhookServer(o)
 	serveCtx := afterDelay(ctx, o.ShutdownDelay)
-	registerHandlers(srv, newGate(o.limits(), source.loaded, serveCtx.Done(), m), func(phase policy.Phase) *Handler {
+	registerHandlers(srv, newGate(o.limits(), source.Loaded, serveCtx.Done(), m), func(phase policy.Phase) *Handler {
 		return &Handler{Phase: phase, Policies: source, Namespaces: namespaces, ConfigMaps: configMaps,
 			Metrics: m, Log: o.Log.WithName(string(phase))}
 	})
@@ -106,7 +109,7 @@ func runInCluster(ctx context.Context, o Options) error {
 }
 
 // addAuditor adds the background audit, which elects its own replica.
-func addAuditor(mgr manager.Manager, o Options, source *PolicySource, m *Metrics) error {
+func addAuditor(mgr manager.Manager, o Options, source *policysource.Source, m *Metrics) error {
 	clientset, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return err

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/gpuguard/gpuguard/internal/policysource"
 )
 
 // Limits bound the reviews the webhook works on at once.
@@ -69,7 +71,7 @@ func (g *gate) wrap(next http.Handler) http.Handler {
 		default:
 		}
 		if !g.policyLoaded() {
-			g.refuse(w, http.StatusServiceUnavailable, "no-policy", errNoPolicy.Error())
+			g.refuse(w, http.StatusServiceUnavailable, "no-policy", policysource.ErrNoPolicy.Error())
 			return
 		}
 		weight := g.weight(r)

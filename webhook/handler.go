@@ -14,8 +14,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/gpuguard/gpuguard/internal/manifest"
+	"github.com/gpuguard/gpuguard/internal/policysource"
 	"github.com/gpuguard/gpuguard/policy"
 )
+
+// EngineSource gives the engine of the policy in force, or nil before one is loaded.
+type EngineSource interface {
+	Engine() *policy.Engine
+}
 
 // NamespaceLabels gives the labels of a namespace, from a cache.
 type NamespaceLabels interface {
@@ -43,7 +49,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	engine := h.Policies.Engine()
 	if engine == nil {
 		h.count(req, "error", "")
-		return admission.Errored(http.StatusServiceUnavailable, errNoPolicy)
+		return admission.Errored(http.StatusServiceUnavailable, policysource.ErrNoPolicy)
 	}
 	preq, err := h.policyRequest(ctx, req)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/policysource"
 	"github.com/gpuguard/gpuguard/policy"
 )
 
@@ -38,7 +39,7 @@ func (s staticConfigMaps) ConfigMapData(_ context.Context, namespace, name strin
 	return nil, policy.ErrConfigMapNotFound
 }
 
-func loadedSource(t testing.TB, policyYAML string) *PolicySource {
+func loadedSource(t testing.TB, policyYAML string) *policysource.Source {
 	t.Helper()
 	s := NewPolicySource(NewMetrics(), logr.Discard())
 	data := config.DefaultYAML()

@@ -1,10 +1,13 @@
 package webhook
 
 import (
+	"github.com/go-logr/logr"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/gpuguard/gpuguard/internal/policysource"
 )
 
 // Metrics are gpuguard's Prometheus collectors, registered once in
@@ -83,4 +86,14 @@ func NewMetrics() *Metrics {
 			Help: "Reviews answered with an HTTP error instead of a verdict, so that the failure policy applies, by reason: no-policy, stopping, overloaded.",
 		}, []string{"reason"}),
 	}
+}
+
+// policySource are the collectors the policy source updates.
+func (m *Metrics) policySource() policysource.Metrics {
+	return policysource.Metrics{Reloads: m.PolicyReloads, Info: m.PolicyInfo}
+}
+
+// NewPolicySource makes an empty policy source that counts in m.
+func NewPolicySource(m *Metrics, log logr.Logger) *policysource.Source {
+	return policysource.New(m.policySource(), log)
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/policysource"
 	"github.com/gpuguard/gpuguard/policy"
 )
 
@@ -140,10 +141,10 @@ func registerHandlers(srv ctrlwebhook.Server, g *gate, handler func(policy.Phase
 
 // afterPolicy starts the server once the first policy is loaded: before it,
 // the API server finds the port closed and its failure policy applies.
-func afterPolicy(srv ctrlwebhook.Server, source *PolicySource) manager.Runnable {
+func afterPolicy(srv ctrlwebhook.Server, source *policysource.Source) manager.Runnable {
 	return manager.RunnableFunc(func(ctx context.Context) error {
 		select {
-		case <-source.loadedOnce:
+		case <-source.FirstLoad():
 			return srv.Start(ctx)
 		case <-ctx.Done():
 			return nil
@@ -209,7 +210,7 @@ func runStandalone(ctx context.Context, o Options) error {
 	srv := newWebhookServer(o)
 	stopping := ctx
 	ctx = afterDelay(ctx, o.ShutdownDelay)
-	registerHandlers(srv, newGate(o.limits(), source.loaded, ctx.Done(), m), func(phase policy.Phase) *Handler {
+	registerHandlers(srv, newGate(o.limits(), source.Loaded, ctx.Done(), m), func(phase policy.Phase) *Handler {
 		return &Handler{Phase: phase, Policies: source, Metrics: m, Log: o.Log.WithName(string(phase))}
 	})
 	probes := &http.Server{Addr: o.ProbeAddr, Handler: probeMux(source.Ready, srv.StartedChecker(), notStopping(stopping)), ReadHeaderTimeout: 5 * time.Second}

@@ -1,4 +1,4 @@
-package webhook
+package policysource
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,35 +27,43 @@ const (
 	ReasonBackstopFailed = "BackstopFailed"
 )
 
-// policyReconciler puts the policy ConfigMap in force whenever it changes. An edit
+// Reconciler puts the policy ConfigMap in force whenever it changes. An edit
 // that does not parse or validate, and a deleted ConfigMap, change nothing: the last
 // good policy stays, and an Event on the ConfigMap says why.
-type policyReconciler struct {
-	key       types.NamespacedName
-	reader    client.Reader // the manager's cache, restricted to this ConfigMap
-	apiReader client.Reader
-	source    *PolicySource
-	events    events.EventRecorder
-	metrics   *Metrics
-	log       logr.Logger
-	// backstop, when set, is re-applied after every load that changes the policy.
-	backstop *backstopSync
+type Reconciler struct {
+	Key       types.NamespacedName
+	Reader    client.Reader // the manager's cache, restricted to this ConfigMap
+	APIReader client.Reader
+	Source    *Source
+	Events    events.EventRecorder
+	// Reloads counts a ConfigMap without the policy key as a failed load;
+	// MissingExemptNS is the number of exempt namespaces that do not exist.
+	Reloads         *prometheus.CounterVec
+	MissingExemptNS prometheus.Gauge
+	Log             logr.Logger
+	// Apply, when set, is called after every load that changes the policy,
+	// and retried with backoff until it succeeds (the CEL backstop).
+	Apply func(ctx context.Context, p *config.Policy) error
+
+	// applied is the hash of the policy Apply last succeeded with.
+	applied string
 	// lastSeen is the ConfigMap as last read: a deletion's Event names it, so
 	// that each deletion is an Event of its own rather than a repeat of the last.
 	lastSeen *corev1.ConfigMap
 }
 
-func (r *policyReconciler) setup(mgr manager.Manager) error {
+// Setup adds the reconciler to the manager, watching the ConfigMap.
+func (r *Reconciler) Setup(mgr manager.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named("policy").For(&corev1.ConfigMap{}).Complete(r)
 }
 
 // Reconcile implements reconcile.Reconciler.
-func (r *policyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	if req.NamespacedName != r.key {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if req.NamespacedName != r.Key {
 		return ctrl.Result{}, nil
 	}
 	cm := &corev1.ConfigMap{}
-	err := r.reader.Get(ctx, r.key, cm)
+	err := r.Reader.Get(ctx, r.Key, cm)
 	switch {
 	case apierrors.IsNotFound(err):
 		r.recordMissing(err)
@@ -65,28 +74,28 @@ func (r *policyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	r.lastSeen = cm
 	data, ok := cm.Data[config.ConfigMapKey]
 	if !ok {
-		r.metrics.PolicyReloads.WithLabelValues("error").Inc()
+		r.Reloads.WithLabelValues("error").Inc()
 		r.record(cm, corev1.EventTypeWarning, ReasonPolicyInvalid, "resourceVersion %s has no key %q; the last good policy (hash %q) stays in force",
-			cm.ResourceVersion, config.ConfigMapKey, r.source.Hash())
+			cm.ResourceVersion, config.ConfigMapKey, r.Source.Hash())
 		return ctrl.Result{}, nil
 	}
-	source := fmt.Sprintf("configmap %s key %s", r.key, config.ConfigMapKey)
-	changed, err := r.source.Load(source, []byte(data))
+	source := fmt.Sprintf("configmap %s key %s", r.Key, config.ConfigMapKey)
+	changed, err := r.Source.Load(source, []byte(data))
 	if err != nil {
 		r.record(cm, corev1.EventTypeWarning, ReasonPolicyInvalid, "resourceVersion %s not loaded, the last good policy (hash %q) stays in force: %s",
-			cm.ResourceVersion, r.source.Hash(), truncate(err.Error(), 800))
+			cm.ResourceVersion, r.Source.Hash(), truncate(err.Error(), 800))
 		return ctrl.Result{}, nil
 	}
 	if changed {
-		r.record(cm, corev1.EventTypeNormal, ReasonPolicyLoaded, "policy %s in force (resourceVersion %s)", r.source.Hash(), cm.ResourceVersion)
+		r.record(cm, corev1.EventTypeNormal, ReasonPolicyLoaded, "policy %s in force (resourceVersion %s)", r.Source.Hash(), cm.ResourceVersion)
 	}
-	if r.backstop != nil && r.backstop.applied != r.source.Hash() {
-		if err := r.backstop.apply(ctx, r.source.Engine().Policy()); err != nil {
+	if r.Apply != nil && r.applied != r.Source.Hash() {
+		if err := r.Apply(ctx, r.Source.Engine().Policy()); err != nil {
 			r.record(cm, corev1.EventTypeWarning, ReasonBackstopFailed, "CEL backstop not updated: %s", truncate(err.Error(), 900))
 			// Retried with backoff until it lands; the webhook enforces meanwhile.
 			return ctrl.Result{}, err
 		}
-		r.backstop.applied = r.source.Hash()
+		r.applied = r.Source.Hash()
 	}
 	r.checkExemptNamespaces(ctx)
 	return ctrl.Result{}, nil
@@ -94,8 +103,8 @@ func (r *policyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 
 // checkExemptNamespaces logs and counts exempt namespaces that do not exist: where
 // namespaces are self-service, a tenant could create one and be exempt.
-func (r *policyReconciler) checkExemptNamespaces(ctx context.Context) {
-	e := r.source.Engine()
+func (r *Reconciler) checkExemptNamespaces(ctx context.Context) {
+	e := r.Source.Engine()
 	if e == nil {
 		return
 	}
@@ -107,44 +116,44 @@ func (r *policyReconciler) checkExemptNamespaces(ctx context.Context) {
 	slices.Sort(names)
 	missing := 0
 	for _, name := range slices.Compact(names) {
-		err := r.apiReader.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})
+		err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})
 		if apierrors.IsNotFound(err) {
 			missing++
-			r.log.Info("exempt namespace does not exist; whoever creates it is exempt", "namespace", name)
+			r.Log.Info("exempt namespace does not exist; whoever creates it is exempt", "namespace", name)
 		} else if err != nil {
-			r.log.Error(err, "could not check an exempt namespace", "namespace", name)
+			r.Log.Error(err, "could not check an exempt namespace", "namespace", name)
 		}
 	}
-	r.metrics.MissingExemptNS.Set(float64(missing))
+	r.MissingExemptNS.Set(float64(missing))
 }
 
 // recordMissing logs and records that the ConfigMap is gone. The Event is on
 // the ConfigMap as last seen, with its UID, so that every deletion of a
 // recreated ConfigMap is an Event of its own: the events library folds
 // identical Events on one object into a series it reports only now and then.
-func (r *policyReconciler) recordMissing(err error) {
-	r.log.Error(err, "policy ConfigMap not found; the last good policy stays in force", "configMap", r.key, "policyHash", r.source.Hash())
+func (r *Reconciler) recordMissing(err error) {
+	r.Log.Error(err, "policy ConfigMap not found; the last good policy stays in force", "configMap", r.Key, "policyHash", r.Source.Hash())
 	gone := &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: r.key.Namespace, Name: r.key.Name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: r.Key.Namespace, Name: r.Key.Name},
 	}
 	if r.lastSeen == nil {
 		r.record(gone, corev1.EventTypeWarning, ReasonPolicyMissing,
-			"policy ConfigMap not found; the last good policy (hash %q) stays in force", r.source.Hash())
+			"policy ConfigMap not found; the last good policy (hash %q) stays in force", r.Source.Hash())
 		return
 	}
 	gone.UID, gone.ResourceVersion = r.lastSeen.UID, r.lastSeen.ResourceVersion
 	r.record(gone, corev1.EventTypeWarning, ReasonPolicyMissing,
 		"policy ConfigMap (uid %s, resourceVersion %s) deleted; the last good policy (hash %q) stays in force",
-		gone.UID, gone.ResourceVersion, r.source.Hash())
+		gone.UID, gone.ResourceVersion, r.Source.Hash())
 	r.lastSeen = nil
 }
 
-func (r *policyReconciler) record(cm *corev1.ConfigMap, eventType, reason, format string, args ...any) {
-	if r.events == nil {
+func (r *Reconciler) record(cm *corev1.ConfigMap, eventType, reason, format string, args ...any) {
+	if r.Events == nil {
 		return
 	}
-	r.events.Eventf(cm, nil, eventType, reason, "LoadPolicy", format, args...)
+	r.Events.Eventf(cm, nil, eventType, reason, "LoadPolicy", format, args...)
 }
 
 func truncate(s string, n int) string {

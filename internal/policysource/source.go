@@ -1,4 +1,7 @@
-package webhook
+// Package policysource holds the gpuguard policy in force and keeps it in step
+// with its ConfigMap: a load that fails changes nothing, the last good policy
+// stays, and an Event on the ConfigMap says why.
+package policysource
 
 import (
 	"crypto/sha256"
@@ -9,21 +12,25 @@ import (
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/policy"
 )
 
-// EngineSource gives the engine of the policy in force, or nil before one is loaded.
-type EngineSource interface {
-	Engine() *policy.Engine
+// Metrics are the collectors a Source updates.
+type Metrics struct {
+	// Reloads counts loads by result: success or error.
+	Reloads *prometheus.CounterVec
+	// Info is 1 for the hash and mode of the policy in force.
+	Info *prometheus.GaugeVec
 }
 
-// PolicySource holds the policy in force. A load that fails changes nothing: the last
+// Source holds the policy in force. A load that fails changes nothing: the last
 // good policy stays.
-type PolicySource struct {
+type Source struct {
 	current atomic.Pointer[activePolicy]
-	metrics *Metrics
+	metrics Metrics
 	log     logr.Logger
 	// loadedOnce is closed when the first policy is in force.
 	loadedOnce chan struct{}
@@ -36,16 +43,19 @@ type activePolicy struct {
 	source string
 }
 
-// NewPolicySource makes an empty source; Ready fails until Load succeeds.
-func NewPolicySource(m *Metrics, log logr.Logger) *PolicySource {
-	return &PolicySource{metrics: m, log: log, loadedOnce: make(chan struct{})}
+// New makes an empty source; Ready fails until Load succeeds.
+func New(m Metrics, log logr.Logger) *Source {
+	return &Source{metrics: m, log: log, loadedOnce: make(chan struct{})}
 }
 
-// loaded says whether a policy is in force.
-func (s *PolicySource) loaded() bool { return s.current.Load() != nil }
+// Loaded says whether a policy is in force.
+func (s *Source) Loaded() bool { return s.current.Load() != nil }
+
+// FirstLoad is closed when the first policy is in force.
+func (s *Source) FirstLoad() <-chan struct{} { return s.loadedOnce }
 
 // Engine returns the engine of the policy in force, or nil.
-func (s *PolicySource) Engine() *policy.Engine {
+func (s *Source) Engine() *policy.Engine {
 	if a := s.current.Load(); a != nil {
 		return a.engine
 	}
@@ -53,7 +63,7 @@ func (s *PolicySource) Engine() *policy.Engine {
 }
 
 // Hash identifies the policy in force ("" before one is loaded).
-func (s *PolicySource) Hash() string {
+func (s *Source) Hash() string {
 	if a := s.current.Load(); a != nil {
 		return a.hash
 	}
@@ -62,7 +72,7 @@ func (s *PolicySource) Hash() string {
 
 // Load parses a policy document (or a ConfigMap manifest holding one) and puts it in
 // force. It reports whether the policy changed.
-func (s *PolicySource) Load(source string, data []byte) (changed bool, err error) {
+func (s *Source) Load(source string, data []byte) (changed bool, err error) {
 	p, err := config.Load(source, data)
 	if err == nil {
 		var e *policy.Engine
@@ -70,12 +80,12 @@ func (s *PolicySource) Load(source string, data []byte) (changed bool, err error
 			return s.install(source, data, e), nil
 		}
 	}
-	s.metrics.PolicyReloads.WithLabelValues("error").Inc()
+	s.metrics.Reloads.WithLabelValues("error").Inc()
 	s.log.Error(err, "policy not loaded; the last good policy stays in force", "source", source, "policyHash", s.Hash())
 	return false, err
 }
 
-func (s *PolicySource) install(source string, data []byte, e *policy.Engine) bool {
+func (s *Source) install(source string, data []byte, e *policy.Engine) bool {
 	sum := sha256.Sum256(data)
 	hash := hex.EncodeToString(sum[:])[:16]
 	old := s.current.Load()
@@ -84,9 +94,9 @@ func (s *PolicySource) install(source string, data []byte, e *policy.Engine) boo
 	}
 	s.current.Store(&activePolicy{engine: e, hash: hash, source: source})
 	s.closeOnce.Do(func() { close(s.loadedOnce) })
-	s.metrics.PolicyReloads.WithLabelValues("success").Inc()
-	s.metrics.PolicyInfo.Reset()
-	s.metrics.PolicyInfo.WithLabelValues(hash, string(e.Policy().Spec.Mode)).Set(1)
+	s.metrics.Reloads.WithLabelValues("success").Inc()
+	s.metrics.Info.Reset()
+	s.metrics.Info.WithLabelValues(hash, string(e.Policy().Spec.Mode)).Set(1)
 	s.log.Info("policy loaded", "source", source, "policyHash", hash, "mode", e.Policy().Spec.Mode)
 	for _, advice := range config.Advice(e.Policy()) {
 		s.log.Info("policy advice", "advice", advice)
@@ -94,12 +104,13 @@ func (s *PolicySource) install(source string, data []byte, e *policy.Engine) boo
 	return true
 }
 
-var errNoPolicy = errors.New("no valid gpuguard policy is loaded yet")
+// ErrNoPolicy is the readiness error before a policy is loaded.
+var ErrNoPolicy = errors.New("no valid gpuguard policy is loaded yet")
 
 // Ready is a readiness check: it fails until a valid policy is loaded.
-func (s *PolicySource) Ready(*http.Request) error {
+func (s *Source) Ready(*http.Request) error {
 	if s.Engine() == nil {
-		return errNoPolicy
+		return ErrNoPolicy
 	}
 	return nil
 }

@@ -1,18 +1,19 @@
-package webhook
+package policysource
 
 import (
 	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpuguard/gpuguard/config"
 )
 
 func TestPolicySourceReload(t *testing.T) {
-	m := NewMetrics()
-	s := NewPolicySource(m, logr.Discard())
+	m := testMetrics()
+	s := New(m, logr.Discard())
 	if s.Ready(nil) == nil || s.Engine() != nil {
 		t.Fatal("an empty source must not be ready")
 	}
@@ -41,13 +42,20 @@ func TestPolicySourceReload(t *testing.T) {
 	if changed, err := s.Load("v3", config.DefaultYAML()); err != nil || !changed || s.Hash() == first {
 		t.Errorf("a good edit must take over: changed=%v err=%v", changed, err)
 	}
-	if got := testutil.ToFloat64(m.PolicyReloads.WithLabelValues("success")); got != 2 {
+	if got := testutil.ToFloat64(m.Reloads.WithLabelValues("success")); got != 2 {
 		t.Errorf("successful reloads = %v, want 2", got)
 	}
-	if got := testutil.ToFloat64(m.PolicyReloads.WithLabelValues("error")); got != 1 {
+	if got := testutil.ToFloat64(m.Reloads.WithLabelValues("error")); got != 1 {
 		t.Errorf("failed reloads = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m.PolicyInfo.WithLabelValues(s.Hash(), "enforce")); got != 1 {
+	if got := testutil.ToFloat64(m.Info.WithLabelValues(s.Hash(), "enforce")); got != 1 {
 		t.Errorf("policy info for the policy in force = %v, want 1", got)
+	}
+}
+
+func testMetrics() Metrics {
+	return Metrics{
+		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "reloads"}, []string{"result"}),
+		Info:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "info"}, []string{"hash", "mode"}),
 	}
 }
