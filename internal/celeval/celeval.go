@@ -91,11 +91,7 @@ func compileValidating(p *admissionregistrationv1.ValidatingAdmissionPolicy) val
 	if err != nil {
 		return validating.NewValidator(nil, nil, nil, nil, p.Spec.FailurePolicy, err)
 	}
-	var vars []plugincel.NamedExpressionAccessor
-	for _, v := range p.Spec.Variables {
-		vars = append(vars, &validating.Variable{Name: v.Name, Expression: v.Expression})
-	}
-	compiler.CompileAndStoreVariables(vars, opts, environment.StoredExpressions)
+	compiler.CompileAndStoreVariables(variables(p.Spec.Variables), opts, environment.StoredExpressions)
 	var validations, messages []plugincel.ExpressionAccessor
 	for _, v := range p.Spec.Validations {
 		validations = append(validations, &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason})
@@ -119,11 +115,7 @@ func compileMutating(p *admissionregistrationv1.MutatingAdmissionPolicy) mutatin
 	if err != nil {
 		return mutating.PolicyEvaluator{Error: err}
 	}
-	var vars []plugincel.NamedExpressionAccessor
-	for _, v := range p.Spec.Variables {
-		vars = append(vars, &validating.Variable{Name: v.Name, Expression: v.Expression})
-	}
-	compiler.CompileAndStoreVariables(vars, opts, environment.StoredExpressions)
+	compiler.CompileAndStoreVariables(variables(p.Spec.Variables), opts, environment.StoredExpressions)
 	patchOpts := opts
 	patchOpts.HasPatchTypes = true
 	var patchers []patch.Patcher
@@ -152,3 +144,12 @@ func matchConditions(compiler *plugincel.CompositedCompiler, conds []admissionre
 
 // budget is the API server's runtime cost budget of one evaluation.
 const budget = celconfig.RuntimeCELCostBudget
+
+// variables are a policy's variables as the compiler takes them.
+func variables(vs []admissionregistrationv1.Variable) []plugincel.NamedExpressionAccessor {
+	out := make([]plugincel.NamedExpressionAccessor, len(vs))
+	for i, v := range vs {
+		out[i] = &validating.Variable{Name: v.Name, Expression: v.Expression}
+	}
+	return out
+}
