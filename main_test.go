@@ -110,7 +110,7 @@ func TestCheckExamplesText(t *testing.T) {
 		"DENY    Pod ml-team/free-gpus",
 		"DENY    Deployment ml-team/llm-serving",
 		"WARN    Pod ml-team/finetune",
-		"spec.containers[0].env[0] [device-env]",
+		"spec.containers[0].env[0] (container \"miner\") [device-env]",
 		"patch: add /spec/containers/0/env",
 	} {
 		if !strings.Contains(r.stdout, want) {
@@ -556,11 +556,11 @@ func strippedPod() *corev1.Pod {
 
 func TestVerifyJudgesTheAnswer(t *testing.T) {
 	webhookDenial := apiAnswer{403, "Forbidden", `admission webhook "validate.pods.gpuguard.io" denied the request: gpuguard denied this pod (mode enforce)` +
-		"\n- spec.containers[0].env[0] [device-env]: container \"miner\" has no GPU limit", "", false}
+		"\n- spec.containers[0].env[0] (container \"miner\") [device-env]: sets NVIDIA_VISIBLE_DEVICES=\"all\" without a GPU limit", "", false}
 	backstopDenial := apiAnswer{422, "Invalid", `pods "gpuguard-verify-x" is forbidden: ValidatingAdmissionPolicy 'gpuguard-backstop' with binding 'gpuguard-backstop' denied request: gpuguard backstop [device-env]: container miner sets NVIDIA_VISIBLE_DEVICES`, "", false}
 	otherDenial := apiAnswer{403, "Forbidden", `pods "gpuguard-verify-x" is forbidden: violates PodSecurity "restricted:latest"`, "", false}
 	webhookDown := apiAnswer{500, "InternalError", `Internal error occurred: failed calling webhook "validate.pods.gpuguard.io": connection refused`, "", false}
-	warned := apiAnswer{201, "", "", `gpuguard device-env: container "miner" has no GPU limit`, false}
+	warned := apiAnswer{201, "", "", `gpuguard device-env: spec.containers[0].env[0]: sets NVIDIA_VISIBLE_DEVICES="all" without a GPU limit`, false}
 	created := apiAnswer{201, "", "", "", false}
 	stripped := apiAnswer{201, "", "", `gpuguard device-env: stripped NVIDIA_VISIBLE_DEVICES`, true}
 	for _, tc := range []struct {

@@ -66,7 +66,7 @@ func TestWarnNamespaceReturnsWarnings(t *testing.T) {
 		t.Fatalf("a warn namespace must allow: %v", err)
 	}
 	defer deletePod(ctx, warnNS, p.Name)
-	if got := strings.Join(w.All(), "\n"); !strings.Contains(got, "gpuguard device-env: container \"app\"") {
+	if got := strings.Join(w.All(), "\n"); !strings.Contains(got, "gpuguard device-env: spec.containers[0].env") {
 		t.Errorf("the client must receive gpuguard's warning, got %q", got)
 	}
 }

@@ -36,7 +36,7 @@ func checkCapabilities(ev *evaluation, c *containerRef) {
 		if grantsDevices(capability) {
 			ev.report(RuleCapabilities, severityEffect(ev.e.policy.Spec.Advisories.Capabilities), c,
 				c.path().Child("securityContext", "capabilities", "add").Index(i).String(),
-				"container %q adds %s, which the NVIDIA runtime treats as privileged", c.c.Name, capability)
+				"adds %s, which the NVIDIA runtime treats as privileged; drop it or exempt its service account", capability)
 			return
 		}
 	}

@@ -33,7 +33,7 @@ func checkDeviceAnnotations(ev *evaluation) {
 			continue
 		}
 		ev.report(RuleDeviceAnnotation, effectDeny, nil, ev.t.metaPath.Child("annotations").Key(key).String(),
-			"annotation %q requests devices outside GPU accounting; remove it", key)
+			"requests devices outside GPU accounting; remove it")
 	}
 }
 

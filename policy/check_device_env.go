@@ -28,7 +28,7 @@ func checkDeviceEnv(ev *evaluation, c *containerRef) {
 			continue
 		}
 		if problem := deviceEnvProblem(c.gpu, v.Name, v.Value); problem != "" {
-			ev.reportEnv(RuleDeviceEnv, c, i, "container %q %s", c.c.Name, problem)
+			ev.reportEnv(RuleDeviceEnv, c, i, "%s", problem)
 		} else if v.Value == "none" && ev.mutable {
 			ed := ev.editsFor(c)
 			if ed.replace == nil {
@@ -50,9 +50,9 @@ func deviceEnvProblem(gpu bool, name, value string) string {
 	case !gpu && value == "none":
 		return ""
 	case gpu:
-		return fmt.Sprintf("sets %s=%s, replacing its GPU allocation; remove it", name, quote(value))
+		return fmt.Sprintf("sets %s=%s over its GPU allocation; remove it", name, quote(value))
 	}
-	return fmt.Sprintf("has no GPU limit but sets %s=%s; remove it or add a GPU limit", name, quote(value))
+	return fmt.Sprintf("sets %s=%s without a GPU limit; remove it or add a GPU limit", name, quote(value))
 }
 
 // RuleDeviceEnv is the rule of checkDeviceEnv.

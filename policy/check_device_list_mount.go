@@ -24,7 +24,7 @@ func checkDeviceListMounts(ev *evaluation, c *containerRef) {
 		for _, root := range ev.e.policy.Spec.DeviceListMountRoots {
 			if strings.HasPrefix(mp, root) {
 				ev.report(RuleDeviceListMount, effectDeny, c, c.path().Child("volumeMounts").Index(i).Child("mountPath").String(),
-					"container %q mounts %q, which requests GPUs from the NVIDIA runtime; mount it elsewhere", c.c.Name, mp)
+					"is where the NVIDIA runtime reads device requests; mount elsewhere")
 				break
 			}
 		}

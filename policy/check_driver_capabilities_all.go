@@ -25,7 +25,7 @@ func checkDriverCapabilitiesAll(ev *evaluation, c *containerRef) {
 		for capability := range strings.SplitSeq(v.Value, ",") {
 			if strings.TrimSpace(capability) == "all" {
 				ev.report(RuleDriverCapabilitiesAll, effectWarn, c, c.path().Child("env").Index(i).String(),
-					"container %q asks for all driver capabilities; list only those it needs", c.c.Name)
+					"asks for all driver capabilities; list only those it needs")
 				break
 			}
 		}

@@ -22,7 +22,7 @@ func checkEnvValueFrom(ev *evaluation, c *containerRef) {
 			continue
 		}
 		ev.reportEnv(RuleEnvValueFrom, c, i,
-			"container %q sets %s through valueFrom, unknown at admission; use a literal value or remove it", c.c.Name, v.Name)
+			"sets %s by valueFrom, unknown at admission; use a literal value or remove it", v.Name)
 	}
 }
 

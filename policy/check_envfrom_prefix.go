@@ -23,8 +23,7 @@ func checkEnvFromPrefix(ev *evaluation, c *containerRef) {
 		for _, name := range ev.e.protectedNames {
 			if strings.HasPrefix(name, src.Prefix) {
 				ev.report(RuleEnvFromPrefix, effectDeny, c, c.path().Child("envFrom").Index(i).Child("prefix").String(),
-					"container %q envFrom prefix %s can form %s; use a prefix no NVIDIA variable starts with",
-					c.c.Name, quote(src.Prefix), name)
+					"prefix %s can form %s; use one no NVIDIA variable starts with", quote(src.Prefix), name)
 				break
 			}
 		}

@@ -38,13 +38,13 @@ func checkEnvFromUnprefixed(ev *evaluation, c *containerRef) {
 		switch {
 		case treatment == config.EnvFromDeny:
 			ev.report(RuleEnvFromUnprefixed, effectDeny, c, path,
-				"container %q takes envFrom without a prefix, which could set NVIDIA variables; set a prefix", c.c.Name)
+				"no prefix, so its keys could set NVIDIA variables; set a prefix")
 		case treatment == config.EnvFromWarn:
 			ev.report(RuleEnvFromUnprefixed, effectWarn, c, path,
-				"container %q takes envFrom without a prefix; keep NVIDIA_ keys out of it", c.c.Name)
+				"no prefix; keep NVIDIA_ keys out of its source")
 		case src.SecretRef != nil:
 			ev.report(RuleEnvFromUnprefixed, effectWarn, c, path,
-				"container %q: Secret %q is not read by gpuguard; keep NVIDIA_ keys out of it", c.c.Name, src.SecretRef.Name)
+				"Secret %s is not checked; keep NVIDIA_ keys out of it", quote(src.SecretRef.Name))
 		case src.ConfigMapRef != nil:
 			ev.inspectConfigMap(c, path, src.ConfigMapRef.Name)
 		}
@@ -61,11 +61,11 @@ func (ev *evaluation) inspectConfigMap(c *containerRef, path, name string) {
 	switch {
 	case errors.Is(err, ErrConfigMapNotFound):
 		ev.report(RuleEnvFromUnprefixed, effectWarn, c, path,
-			"container %q takes ConfigMap %q, unknown at admission; its keys are not checked", c.c.Name, name)
+			"ConfigMap %s not found; create it first or set a prefix", quote(name))
 		return
 	case err != nil:
 		ev.report(RuleEnvFromUnprefixed, effectWarn, c, path,
-			"container %q takes ConfigMap %q, which could not be read: %v", c.c.Name, name, err)
+			"ConfigMap %s could not be read (%v); set a prefix or retry", quote(name), err)
 		return
 	}
 	for _, key := range slices.Sorted(maps.Keys(data)) {
@@ -75,7 +75,7 @@ func (ev *evaluation) inspectConfigMap(c *containerRef, path, name string) {
 		}
 		if problem != "" {
 			ev.report(RuleEnvFromUnprefixed, effectDeny, c, path+".configMapRef",
-				"container %q, through ConfigMap %q, %s", c.c.Name, name, problem)
+				"through ConfigMap %s, %s", quote(name), problem)
 		}
 	}
 }

@@ -30,7 +30,7 @@ func checkFinalState(ev *evaluation, c *containerRef) {
 	for _, name := range ev.e.deviceVars {
 		if !ev.effectivelyVoid(c, name) {
 			ev.report(RuleFinalState, eff, c, c.path().Child("env").String(),
-				"container %q has no GPU limit and no %s=void (gpuguard mutation did not run); add it or retry", c.c.Name, name)
+				"no GPU limit and no %s=void (gpuguard's mutation did not run); add it or retry", name)
 		}
 	}
 }

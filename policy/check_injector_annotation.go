@@ -29,7 +29,7 @@ func checkInjectorAnnotations(ev *evaluation) {
 		}
 		if suspect(key, a.SuspectDomainLabels) {
 			ev.report(RuleInjectorAnnotation, effectWarn, nil, ev.t.metaPath.Child("annotations").Key(key).String(),
-				"%q looks like an unlisted injector's; deny or ignore it", key)
+				"looks like an unlisted device injector's annotation; deny or ignore it in the policy")
 		}
 	}
 }

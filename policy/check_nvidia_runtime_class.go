@@ -27,7 +27,7 @@ func checkNVIDIARuntimeClass(ev *evaluation) {
 	}
 	ev.report(RuleNVIDIARuntimeClass, severityEffect(ev.e.policy.Spec.Advisories.NVIDIARuntimeClass), nil,
 		ev.t.specPath.Child("runtimeClassName").String(),
-		"runtimeClassName %q without a GPU limit; remove it or request a GPU", *rc)
+		"%s without a GPU limit; remove it or request a GPU", quote(*rc))
 }
 
 func severityEffect(s config.Severity) effect {

@@ -23,7 +23,7 @@ func checkPrivileged(ev *evaluation, c *containerRef) {
 	}
 	ev.report(RulePrivileged, severityEffect(ev.e.policy.Spec.Advisories.Privileged), c,
 		c.path().Child("securityContext", "privileged").String(),
-		"container %q is privileged and sees every GPU of the node; drop privileged or exempt its service account", c.c.Name)
+		"sees every GPU of the node; drop it or exempt its service account")
 }
 
 // RulePrivileged is the rule of checkPrivileged.

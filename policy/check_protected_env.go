@@ -31,7 +31,7 @@ func checkProtectedEnv(ev *evaluation, c *containerRef) {
 			continue
 		}
 		if problem := ev.e.protectedEnvProblem(c.gpu, v.Name, v.Value); problem != "" {
-			ev.reportEnv(RuleProtectedEnv, c, i, "container %q %s", c.c.Name, problem)
+			ev.reportEnv(RuleProtectedEnv, c, i, "%s", problem)
 		}
 	}
 }
@@ -43,7 +43,7 @@ func (e *Engine) protectedEnvProblem(gpu bool, name, value string) string {
 	case p == nil:
 		return ""
 	case !gpu:
-		return fmt.Sprintf("has no GPU limit but sets %s; remove it", name)
+		return fmt.Sprintf("sets %s without a GPU limit; remove it", name)
 	case !p.AllowOnGPUContainers:
 		return fmt.Sprintf("sets %s, which the policy allows no workload; remove it", name)
 	}

@@ -28,7 +28,7 @@ func checkSensitiveHostPaths(ev *evaluation) {
 			if slices.ContainsFunc(aliases, func(s string) bool { return related(p, s) }) {
 				ev.report(RuleSensitiveHostPath, effectDeny, nil,
 					ev.t.specPath.Child("volumes").Index(i).Child("hostPath", "path").String(),
-					"volume %q mounts host path %q, which exposes %s; use a GPU resource instead", v.Name, v.HostPath.Path,
+					"%s exposes %s; use a GPU resource instead", quote(v.HostPath.Path),
 					ev.e.policy.Spec.SensitiveHostPaths[k])
 				break
 			}

@@ -98,10 +98,6 @@ type Warning struct {
 	Message string `json:"message"`
 }
 
-// String is the warning as an admission warning: "gpuguard RULE: message",
-// at most 120 characters, since kubectl prints one a line.
-func (w Warning) String() string { return warning(w.Rule, w.Message) }
-
 // Decision classifies a result, the same way for check's verdicts, the
 // webhook's metrics and logs, and the audit.
 type Decision string

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -113,11 +112,12 @@ func (ev *evaluation) keep(f finding, describe func(*finding)) {
 // mutating phase removes the entry instead of denying.
 func (ev *evaluation) reportEnv(rule RuleID, c *containerRef, i int, format string, args ...any) {
 	f := finding{rule: rule, effect: effectDeny, container: c.c.Name}
+	templateStrip := false
 	if !ev.t.isPod && ev.e.policy.Spec.Action == config.ActionStrip {
 		// Strip mode removes the entry from each pod the template makes: the
 		// controller itself is admitted, with a warning.
 		f.effect = effectWarn
-		format += " (strip mode removes it from the pods)"
+		templateStrip = true
 	}
 	f.stripped = f.effect == effectDeny && ev.stripping
 	if f.stripped {
@@ -126,13 +126,16 @@ func (ev *evaluation) reportEnv(rule RuleID, c *containerRef, i int, format stri
 	ev.keep(f, func(f *finding) {
 		f.path = c.path().Child("env").Index(i).String()
 		f.message = fmt.Sprintf(format, args...)
-		if f.stripped {
+		switch {
+		case templateStrip:
+			f.message = whatClause(f.message) + "; strip mode removes it from each pod"
+		case f.stripped:
 			v := &c.c.Env[i]
 			shown := v.Name + "=" + quote(v.Value)
 			if v.ValueFrom != nil {
 				shown = v.Name + " (valueFrom)"
 			}
-			f.message = fmt.Sprintf("removed %s from container %q", shown, c.c.Name)
+			f.message = "removed " + shown
 		}
 	})
 }
@@ -301,33 +304,3 @@ func firstSorted(rules []string) string {
 
 // denied: some violation, listed or omitted, applies.
 func (r *Result) denied() bool { return len(r.Violations) > 0 || r.OmittedViolations > 0 }
-
-// maxWarning is the longest admission warning gpuguard returns: kubectl prints them
-// one per line.
-const maxWarning = 120
-
-func warning(rule RuleID, msg string) string {
-	w := "gpuguard " + string(rule) + ": " + msg
-	if len(w) <= maxWarning {
-		return w
-	}
-	cut := maxWarning - len("…")
-	for cut > 0 && !utf8.RuneStart(w[cut]) {
-		cut--
-	}
-	return w[:cut] + "…"
-}
-
-// quote shows a user-supplied value in a message, shortened so that messages stay
-// on one readable line.
-func quote(s string) string {
-	const max = 24
-	if len(s) > max {
-		cut := max
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "…"
-	}
-	return strconv.Quote(s)
-}

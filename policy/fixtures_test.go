@@ -107,8 +107,17 @@ func violationRules(r policy.Result) []policy.RuleID {
 func warningRules(t *testing.T, r policy.Result) []policy.RuleID {
 	var rules []policy.RuleID
 	for _, w := range r.Warnings {
-		if s := w.String(); len(s) > 120 {
-			t.Errorf("warning is %d characters long, over 120: %q", len(s), s)
+		fix := w.Message[strings.LastIndex(w.Message, "; ")+1:]
+		if s := w.String(); len(s) > policy.MaxWarning || !strings.HasSuffix(s, fix) {
+			t.Errorf("warning of %d bytes lost its fix %q: %q", len(s), fix, s)
+		}
+		// The same warning deep in a CronJob's template still keeps its fix.
+		if i := strings.Index(w.Path, "containers["); i >= 0 {
+			deep := w
+			deep.Path = "spec.jobTemplate.spec.template.spec.initContainers[12].env[345]" + w.Path[i+len("containers[0]"):]
+			if s := deep.String(); len(s) > policy.MaxWarning || !strings.HasSuffix(s, fix) {
+				t.Errorf("deep warning of %d bytes lost its fix %q: %q", len(s), fix, s)
+			}
 		}
 		rules = append(rules, w.Rule)
 	}

@@ -22,11 +22,11 @@ func ModeFor(spec *config.PolicySpec, labels map[string]string) (config.Mode, st
 	m := config.Mode(value)
 	switch {
 	case m.Strictness() == 0:
-		return base, fmt.Sprintf("namespace label %s=%s is not enforce, warn or audit; mode %s applies", ModeLabel, quote(value), base)
+		return base, fmt.Sprintf("%s is not enforce, warn or audit; mode %s applies", quote(value), base)
 	case m.Strictness() > base.Strictness() || spec.NamespaceModeOverride == config.OverrideAny:
 		return m, ""
 	case m.Strictness() < base.Strictness():
-		return base, fmt.Sprintf("namespace label %s=%s may only tighten the policy; mode %s applies", ModeLabel, value, base)
+		return base, fmt.Sprintf("%s may only tighten the policy; mode %s applies", quote(value), base)
 	}
 	return base, ""
 }

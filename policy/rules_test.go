@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -171,13 +172,38 @@ func TestModeFor(t *testing.T) {
 	}
 }
 
-func TestWarningsStayShort(t *testing.T) {
-	w := warning(RuleDeviceEnv, strings.Repeat("é", 200))
-	if len(w) > maxWarning || !strings.HasSuffix(w, "…") {
-		t.Errorf("warning of %d bytes: %q", len(w), w)
+func TestWarningsKeepTheirFix(t *testing.T) {
+	const fix = "remove it or add a GPU limit"
+	long := strings.Repeat("é", 60) + "; " + fix
+	cronJob := "spec.jobTemplate.spec.template.spec.initContainers[12].env[345]"
+	for name, tc := range map[string]struct {
+		w    Warning
+		want string
+	}{
+		"fits whole": {Warning{Rule: RuleDeviceEnv, Path: "spec.containers[0].env[1]", Message: "sets X; " + fix},
+			"gpuguard device-env: spec.containers[0].env[1]: sets X; " + fix},
+		"no path": {Warning{Rule: RuleDeviceEnv, Message: "3 more findings like those above"},
+			"gpuguard device-env: 3 more findings like those above"},
+		"template path shortened": {Warning{Rule: RuleDriverCapabilitiesAll, Path: cronJob, Message: "asks for all; list only those it needs"},
+			"gpuguard driver-capabilities-all: …spec.initContainers[12].env[345]: asks for all; list only those it needs"},
+		"what dropped": {Warning{Rule: RuleDeviceEnv, Path: "spec.containers[0].env[1]", Message: long},
+			"gpuguard device-env: spec.containers[0].env[1]: " + fix},
+		"key elided": {Warning{Rule: RuleInjectorAnnotation, Path: "metadata.annotations[" + strings.Repeat("a", 250) + "/x]", Message: "looks odd; " + fix},
+			""},
+	} {
+		got := tc.w.String()
+		if len(got) > MaxWarning || !strings.HasSuffix(got, fix) && !strings.HasSuffix(got, fixClause(tc.w.Message)) {
+			t.Errorf("%s: %d bytes, fix lost: %q", name, len(got), got)
+		}
+		if tc.want != "" && got != tc.want {
+			t.Errorf("%s:\n got %q\nwant %q", name, got, tc.want)
+		}
 	}
 	if got := quote(strings.Repeat("x", 100)); len(got) > 40 {
 		t.Errorf("quote kept %d bytes", len(got))
+	}
+	if got := elide("ab"+strings.Repeat("é", 20)+"cd", 11); len(got) > 11 || !utf8.ValidString(got) {
+		t.Errorf("elide gave %q (%d bytes)", got, len(got))
 	}
 }
 

@@ -137,7 +137,7 @@ func denialMessage(r policy.Result, kind string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "gpuguard denied this %s (mode %s)", strings.ToLower(kind), r.Mode)
 	for _, v := range r.Violations {
-		fmt.Fprintf(&b, "\n- %s [%s]: %s", v.Path, v.Rule, v.Message)
+		b.WriteString("\n- " + v.String())
 	}
 	if r.OmittedViolations > 0 {
 		fmt.Fprintf(&b, "\n- and %d more violations %v", r.OmittedViolations, r.OmittedRules)

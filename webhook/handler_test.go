@@ -157,7 +157,7 @@ func TestHandler(t *testing.T) {
 		audit   string // an audit annotation key
 	}{
 		{name: "leak denied with field, rule and fix", phase: policy.Validating, review: review{kind: "Pod", op: "CREATE", obj: leak},
-			code: http.StatusForbidden, message: `spec.containers[0].env[0] [device-env]: container "app" has no GPU limit but sets NVIDIA_VISIBLE_DEVICES="all"; remove it or add a GPU limit`},
+			code: http.StatusForbidden, message: `spec.containers[0].env[0] (container "app") [device-env]: sets NVIDIA_VISIBLE_DEVICES="all" without a GPU limit; remove it or add a GPU limit`},
 		{name: "leak denied early by mutate", phase: policy.Mutating, review: review{kind: "Pod", op: "CREATE", obj: leak}, code: http.StatusForbidden, message: "[device-env]"},
 		{name: "plain pod gets void", phase: policy.Mutating, review: review{kind: "Pod", op: "CREATE", obj: plain}, allowed: true, patch: "add /spec/containers/0/env"},
 		{name: "final state without mutation", phase: policy.Validating, review: review{kind: "Pod", op: "CREATE", obj: plain}, code: http.StatusForbidden, message: "[final-state]"},
@@ -177,7 +177,7 @@ func TestHandler(t *testing.T) {
 		{name: "status report, annotations kept", phase: policy.Validating, review: review{kind: "Pod", op: "UPDATE", subResource: "status", obj: annotated, old: annotated}, allowed: true},
 		{name: "binding with a device annotation", phase: policy.Validating, review: review{kind: "Binding", op: "CREATE", subResource: "binding", obj: binding(map[string]string{"cdi.k8s.io/x": "nvidia.com/gpu=all"})}, code: http.StatusForbidden, message: "metadata.annotations[cdi.k8s.io/x] [device-annotation]"},
 		{name: "scheduler binding", phase: policy.Validating, review: review{kind: "Binding", op: "CREATE", subResource: "binding", obj: binding(nil)}, allowed: true},
-		{name: "deployment denied", phase: policy.Validating, review: review{kind: "Deployment", group: "apps", op: "CREATE", obj: deployment(leak)}, code: http.StatusForbidden, message: "spec.template.spec.containers[0].env[0] [device-env]"},
+		{name: "deployment denied", phase: policy.Validating, review: review{kind: "Deployment", group: "apps", op: "CREATE", obj: deployment(leak)}, code: http.StatusForbidden, message: `spec.template.spec.containers[0].env[0] (container "app") [device-env]`},
 		{name: "deployment scaled, template unchanged", phase: policy.Validating, review: review{kind: "Deployment", group: "apps", op: "UPDATE", obj: scaled, old: deployment(leak)}, allowed: true},
 		{name: "deployment template changed", phase: policy.Validating, review: review{kind: "Deployment", group: "apps", op: "UPDATE", obj: deployment(leak), old: deployment(plain)}, code: http.StatusForbidden},
 		{name: "deployment being deleted", phase: policy.Validating, review: review{kind: "Deployment", group: "apps", op: "UPDATE", obj: deleting, old: deployment(plain)}, allowed: true},

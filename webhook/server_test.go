@@ -234,7 +234,7 @@ func TestExamplesMatchCheck(t *testing.T) {
 				t.Errorf("warnings\n webhook: %q\n   check: %q", warnings, want.WarningStrings())
 			}
 			for _, v := range want.Violations {
-				if line := fmt.Sprintf("%s [%s]: %s", v.Path, v.Rule, v.Message); !strings.Contains(message, line) {
+				if line := v.String(); !strings.Contains(message, line) {
 					t.Errorf("denial %q lacks %q", message, line)
 				}
 			}

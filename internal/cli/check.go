@@ -70,7 +70,7 @@ type checkedObject struct {
 	// findings), and OmittedRules are their rules.
 	OmittedViolations int                   `json:"omittedViolations,omitempty"`
 	OmittedRules      []policy.RuleID       `json:"omittedRules,omitempty"`
-	Warnings          []string              `json:"warnings"`
+	Warnings          []policy.Warning      `json:"warnings"`
 	AuditAnnotations  map[string]string     `json:"auditAnnotations,omitempty"`
 	Patch             []jsonpatch.Operation `json:"patch"`
 	decision          policy.Decision
@@ -213,7 +213,7 @@ func newCheckedObject(apiVersion, kind, namespace, name, source string, r policy
 		APIVersion: apiVersion, Kind: kind, Namespace: namespace, Name: name,
 		Source: source, Allowed: r.Allowed, Mode: r.Mode, Exempt: r.Exempt,
 		Violations: r.Violations, OmittedViolations: r.OmittedViolations, OmittedRules: r.OmittedRules,
-		Warnings: r.WarningStrings(), AuditAnnotations: r.AuditAnnotations, Patch: r.Patch, decision: r.Decision(),
+		Warnings: r.Warnings, AuditAnnotations: r.AuditAnnotations, Patch: r.Patch, decision: r.Decision(),
 	}
 }
 
@@ -243,13 +243,19 @@ func printText(w io.Writer, results []checkedObject, skipped []string) {
 			fmt.Fprintf(w, "        exempt: %s\n", r.Exempt)
 		}
 		for _, v := range r.Violations {
-			fmt.Fprintf(w, "        %s [%s]: %s\n", v.Path, v.Rule, v.Message)
+			fmt.Fprintf(w, "        %s\n", v)
 		}
 		if r.OmittedViolations > 0 {
 			fmt.Fprintf(w, "        and %d more violations %v\n", r.OmittedViolations, r.OmittedRules)
 		}
 		for _, s := range r.Warnings {
-			fmt.Fprintf(w, "        warning: %s\n", s)
+			// check has the room for the whole message, which an
+			// admission warning may shorten.
+			if s.Path == "" {
+				fmt.Fprintf(w, "        warning: [%s]: %s\n", s.Rule, s.Message)
+				continue
+			}
+			fmt.Fprintf(w, "        warning: %s [%s]: %s\n", s.Path, s.Rule, s.Message)
 		}
 		for _, k := range sets.List(sets.KeySet(r.AuditAnnotations)) {
 			fmt.Fprintf(w, "        audit: %s=%s\n", k, r.AuditAnnotations[k])
