@@ -330,7 +330,7 @@ func startStandaloneWebhook(t *testing.T, env ...string) *standaloneWebhook {
 		t.Fatal(err)
 	}
 	port, probe := freePort(t), freePort(t)
-	cmd := exec.Command(binary, "webhook", "--policy-file", "--cert-dir", dir, "--host", "127.0.0.1",
+	cmd := exec.Command(binary, "webhook", "--policy-file", "--cert-dir", dir, "--host", "127.0.0.1", "--metrics-bind-address", "0",
 		"--port", strconv.Itoa(port), "--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(probe))
 	cmd.Env = append(os.Environ(), env...)
 	w := &standaloneWebhook{port: port, logs: &syncBuffer{},

@@ -5,25 +5,32 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/sync/errgroup"
+	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/backgroundaudit"
 	"github.com/gpuguard/gpuguard/internal/policysource"
+	"github.com/gpuguard/gpuguard/internal/servingcert"
 	"github.com/gpuguard/gpuguard/policy"
 )
 
@@ -72,7 +79,7 @@ type Options struct {
 	CELBackstop *cel.Options
 
 	// Audit, when set, runs the background audit (and writes OpenReports).
-	Audit *AuditOptions
+	Audit *backgroundaudit.Options
 
 	// Limits bound the reviews in flight; zero values take DefaultLimits.
 	Limits Limits
@@ -89,15 +96,147 @@ type Options struct {
 }
 
 // Run serves until ctx is done (and ShutdownDelay has passed), then finishes the
-// reviews in flight.
+// reviews in flight. Both modes run through one controller-runtime manager,
+// which serves the probes and metrics: in the cluster, with the policy
+// ConfigMap watched and what reviews read cached; standalone, with a policy
+// file and nothing read from any API server.
 func Run(ctx context.Context, o Options) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	mgr, err := newManager(o)
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	m := DefaultMetrics()
+	source := NewPolicySource(m, o.Log.WithName("policy"))
+	in := reviewInputs{}
+	if o.PolicyFile != "" {
+		err = loadPolicyFile(source, o.PolicyFile)
+	} else {
+		in, err = watchCluster(mgr, o, source, m)
+	}
+	if err != nil {
+		return err
+	}
+	serveCtx := afterDelay(ctx, o.ShutdownDelay)
+	srv := newWebhookServer(o)
+	registerHandlers(srv, newGate(o.limits(), source.Loaded, serveCtx.Done(), m), func(phase policy.Phase) *Handler {
+		return &Handler{Phase: phase, Policies: source, Namespaces: in.namespaces, ConfigMaps: in.configMaps,
+			Metrics: m, Log: o.Log.WithName(string(phase))}
+	})
+	readiness := map[string]healthz.Checker{"policy": source.Ready, "webhook": srv.StartedChecker(), "stopping": notStopping(ctx)}
+	if in.ready != nil {
+		readiness["namespaces"] = in.ready
+	}
+	if err := addProbes(mgr, readiness); err != nil {
+		return err
+	}
+	if o.CertSecret.Name == "" {
+		err = mgr.Add(afterPolicy(srv, source))
+	} else {
+		err = servingcert.Add(mgr, o.servingCert(), afterPolicy(srv, source), o.Log)
+	}
+	if err != nil {
+		return err
+	}
+	return mgr.Start(serveCtx)
+}
+
+func (o Options) validate() error {
 	if err := o.limits().Validate(); err != nil {
 		return err
 	}
 	if o.PolicyFile != "" {
-		return runStandalone(ctx, o)
+		return nil
 	}
-	return runInCluster(ctx, o)
+	if o.PolicyConfigMap.Name == "" || o.PolicyConfigMap.Namespace == "" {
+		return errors.New("--policy-configmap NAMESPACE/NAME is required without --policy-file")
+	}
+	if o.RestConfig == nil {
+		return errors.New("no API server configuration: give --kubeconfig, run in a cluster, or use --policy-file")
+	}
+	return nil
+}
+
+// standaloneConfig stands in for an API server in standalone mode. The
+// manager needs one to be built, but nothing is read or watched through it:
+// a request that were made would fail to resolve the host, not reach a cluster.
+var standaloneConfig = &rest.Config{Host: "https://gpuguard-standalone.invalid"}
+
+// newManager makes the manager with probes and metrics on their addresses;
+// in the cluster its cache watches only the policy ConfigMap (other
+// ConfigMaps are read on demand) and namespaces' metadata.
+func newManager(o Options) (manager.Manager, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := openreports.Install(scheme); err != nil {
+		return nil, err
+	}
+	opts := manager.Options{
+		Scheme:                 scheme,
+		Logger:                 o.Log,
+		Metrics:                metricsserver.Options{BindAddress: orOff(o.MetricsAddr)},
+		HealthProbeBindAddress: orOff(o.ProbeAddr),
+	}
+	if o.PolicyFile != "" {
+		return ctrl.NewManager(standaloneConfig, opts)
+	}
+	opts.Cache = cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}: {
+			Namespaces: map[string]cache.Config{o.PolicyConfigMap.Namespace: {}},
+			Field:      fields.OneTermEqualSelector("metadata.name", o.PolicyConfigMap.Name),
+		},
+	}}
+	return ctrl.NewManager(o.RestConfig, opts)
+}
+
+// orOff is a listen address, "0" (off) when empty: controller-runtime
+// would take "" as its default port.
+func orOff(addr string) string {
+	if addr == "" {
+		return "0"
+	}
+	return addr
+}
+
+// addProbes serves /healthz and /readyz (every check in readiness) on the
+// manager's probe address.
+func addProbes(mgr manager.Manager, readiness map[string]healthz.Checker) error {
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	for name, check := range readiness {
+		if err := mgr.AddReadyzCheck(name, check); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadPolicyFile loads a policy file, or the built-in policy, into source.
+func loadPolicyFile(source *policysource.Source, file string) error {
+	data, name := config.DefaultYAML(), "builtin default policy"
+	if file != BuiltinPolicy {
+		var err error
+		if data, err = os.ReadFile(file); err != nil {
+			return err
+		}
+		name = file
+	}
+	if _, err := source.Load(name, data); err != nil {
+		return fmt.Errorf("invalid policy:\n%w", err)
+	}
+	return nil
+}
+
+// servingCert are the options of gpuguard-managed certificates.
+func (o Options) servingCert() servingcert.Options {
+	return servingcert.Options{Secret: o.CertSecret, Dir: o.CertDir, CertName: o.CertName, KeyName: o.KeyName,
+		ServiceName: o.ServiceName, ExtraDNSNames: o.ExtraDNSNames,
+		MutatingConfig: o.MutatingConfig, ValidatingConfig: o.ValidatingConfig, WriteDir: o.WriteCertDir}
 }
 
 // tlsOptions: TLS 1.2 at least, and HTTP/1.1 only unless HTTP/2 is asked for.
@@ -189,63 +328,4 @@ func withRequestTimeout(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// runStandalone serves a policy file without any API server: for local use, demos
-// and benchmarks. Namespace labels and ConfigMaps are unknown there.
-func runStandalone(ctx context.Context, o Options) error {
-	m := DefaultMetrics()
-	source := NewPolicySource(m, o.Log)
-	data, name := config.DefaultYAML(), "builtin default policy"
-	if o.PolicyFile != BuiltinPolicy {
-		var err error
-		if data, err = os.ReadFile(o.PolicyFile); err != nil {
-			return err
-		}
-		name = o.PolicyFile
-	}
-	if _, err := source.Load(name, data); err != nil {
-		return fmt.Errorf("invalid policy:\n%w", err)
-	}
-	srv := newWebhookServer(o)
-	stopping := ctx
-	ctx = afterDelay(ctx, o.ShutdownDelay)
-	registerHandlers(srv, newGate(o.limits(), source.Loaded, ctx.Done(), m), func(phase policy.Phase) *Handler {
-		return &Handler{Phase: phase, Policies: source, Metrics: m, Log: o.Log.WithName(string(phase))}
-	})
-	probes := &http.Server{Addr: o.ProbeAddr, Handler: probeMux(source.Ready, srv.StartedChecker(), notStopping(stopping)), ReadHeaderTimeout: 5 * time.Second}
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return srv.Start(ctx) })
-	if o.ProbeAddr != "" && o.ProbeAddr != "0" {
-		g.Go(func() error { return serveUntilDone(ctx, probes) })
-	}
-	return g.Wait()
-}
-
-// probeMux serves /healthz, /readyz (policy loaded and TLS server answering) and
-// /metrics on one plain-HTTP listener.
-func probeMux(policyReady, serverStarted, notStopping healthz.Checker) *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.Handle("/healthz", http.StripPrefix("/healthz", &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}))
-	mux.Handle("/readyz", http.StripPrefix("/readyz", &healthz.Handler{Checks: map[string]healthz.Checker{
-		"policy": policyReady, "webhook": serverStarted, "stopping": notStopping}}))
-	mux.Handle("/metrics", promhttp.HandlerFor(ctrlmetrics.Registry, promhttp.HandlerOpts{}))
-	return mux
-}
-
-func serveUntilDone(ctx context.Context, srv *http.Server) error {
-	ln, err := net.Listen("tcp", srv.Addr)
-	if err != nil {
-		return err
-	}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
 }

@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/gpuguard/gpuguard/cel"
+	"github.com/gpuguard/gpuguard/internal/backgroundaudit"
 	"github.com/gpuguard/gpuguard/internal/kubeconfig"
 	"github.com/gpuguard/gpuguard/internal/memlimit"
 	"github.com/gpuguard/gpuguard/webhook"
@@ -29,7 +30,7 @@ type webhookFlags struct {
 	logLevel        string
 	backstop        bool
 	backstopOptions cel.Options
-	audit           webhook.AuditOptions
+	audit           backgroundaudit.Options
 }
 
 func newWebhookCommand() *cobra.Command {
@@ -78,7 +79,7 @@ mounted Secret.`,
 	fl.Lookup("policy-file").NoOptDefVal = webhook.BuiltinPolicy
 	fl.StringVar(&f.policyConfigMap, "policy-configmap", "gpuguard/gpuguard-policy", "NAMESPACE/NAME of the policy ConfigMap")
 	fl.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 to disable)")
-	fl.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (standalone: /metrics too)")
+	fl.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fl.DurationVar(&o.ConfigMapCacheTTL, "configmap-cache-ttl", 10*time.Second, "how long a ConfigMap read for envFrom inspection is reused")
 	fl.StringVar(&f.certSecret, "cert-secret", "", "NAMESPACE/NAME: manage certificates in this Secret (cert-controller)")
 	fl.StringVar(&o.ServiceName, "service-name", "gpuguard-webhook", "the webhook Service, for the certificate's DNS name")

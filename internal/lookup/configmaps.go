@@ -1,4 +1,8 @@
-package webhook
+// Package lookup reads what an admission review needs besides the object:
+// namespace labels, from a metadata-only cache, and the ConfigMaps envFrom
+// names, on demand with a short-lived cache. Every read from the API server
+// is bounded, well inside the webhook's own timeout.
+package lookup
 
 import (
 	"context"
@@ -9,25 +13,30 @@ import (
 	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gpuguard/gpuguard/policy"
 )
 
-// configMapReader reads the ConfigMaps named by envFrom on demand, straight from the
+// ConfigMaps reads the ConfigMaps named by envFrom on demand, straight from the
 // API server, and keeps each answer for a short while. It never watches ConfigMaps
 // cluster-wide, and it has no way to read Secrets.
-type configMapReader struct {
+type ConfigMaps struct {
 	reader  client.Reader
 	cache   *utilcache.LRUExpireCache
 	ttl     time.Duration
 	timeout time.Duration // of one read, well inside the webhook's own timeout
-	metrics *Metrics
+	// lookups counts reads by result: hit, read, notfound, error.
+	lookups *prometheus.CounterVec
 }
 
 // configMapCacheSize bounds memory: entries beyond it are evicted oldest first.
 const configMapCacheSize = 1024
 
-func newConfigMapReader(r client.Reader, ttl, timeout time.Duration, m *Metrics) *configMapReader {
-	return &configMapReader{reader: r, cache: utilcache.NewLRUExpireCache(configMapCacheSize), ttl: ttl, timeout: timeout, metrics: m}
+// NewConfigMaps reads through r, keeps answers for ttl, bounds each read to
+// timeout (zero: unbounded) and counts reads in lookups, by result.
+func NewConfigMaps(r client.Reader, ttl, timeout time.Duration, lookups *prometheus.CounterVec) *ConfigMaps {
+	return &ConfigMaps{reader: r, cache: utilcache.NewLRUExpireCache(configMapCacheSize), ttl: ttl, timeout: timeout, lookups: lookups}
 }
 
 // cachedConfigMap is a cached answer; data is nil for a ConfigMap that was not found.
@@ -35,26 +44,27 @@ type cachedConfigMap struct {
 	data map[string]string
 }
 
-func (c *configMapReader) ConfigMapData(ctx context.Context, namespace, name string) (map[string]string, error) {
+// ConfigMapData is the data of a ConfigMap, or policy.ErrConfigMapNotFound.
+func (c *ConfigMaps) ConfigMapData(ctx context.Context, namespace, name string) (map[string]string, error) {
 	key := namespace + "/" + name
 	if v, ok := c.cache.Get(key); ok {
-		c.metrics.ConfigMapLookups.WithLabelValues("hit").Inc()
+		c.lookups.WithLabelValues("hit").Inc()
 		return found(v.(cachedConfigMap))
 	}
 	cm := &corev1.ConfigMap{}
-	ctx, cancel := withReadTimeout(ctx, c.timeout)
+	ctx, cancel := WithReadTimeout(ctx, c.timeout)
 	defer cancel()
 	err := c.reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cm)
 	switch {
 	case apierrors.IsNotFound(err):
-		c.metrics.ConfigMapLookups.WithLabelValues("notfound").Inc()
+		c.lookups.WithLabelValues("notfound").Inc()
 		c.cache.Add(key, cachedConfigMap{}, c.ttl)
 		return nil, policy.ErrConfigMapNotFound
 	case err != nil:
-		c.metrics.ConfigMapLookups.WithLabelValues("error").Inc()
+		c.lookups.WithLabelValues("error").Inc()
 		return nil, err
 	}
-	c.metrics.ConfigMapLookups.WithLabelValues("read").Inc()
+	c.lookups.WithLabelValues("read").Inc()
 	data := cm.Data
 	if data == nil {
 		data = map[string]string{}
@@ -70,8 +80,8 @@ func found(c cachedConfigMap) (map[string]string, error) {
 	return c.data, nil
 }
 
-// withReadTimeout bounds one API read; zero leaves ctx as it is.
-func withReadTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+// WithReadTimeout bounds one API read; zero leaves ctx as it is.
+func WithReadTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	if d <= 0 {
 		return ctx, func() {}
 	}

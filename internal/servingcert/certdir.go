@@ -1,4 +1,4 @@
-package webhook
+package servingcert
 
 import (
 	"bytes"
@@ -18,14 +18,14 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
-// certDirWriter keeps the webhook's certificate directory in step with the
+// DirWriter keeps the webhook's certificate directory in step with the
 // Secret that cert-controller maintains. A mounted Secret volume gets there
 // too, but only when the kubelet next syncs it, a minute or more after the
 // Secret is written; cert-controller waits for the files, so a fresh install
 // would wait that long before its first replica is ready. Writing the files
 // from the Secret directly makes a replica ready within seconds. Every
 // replica writes its own directory, so it runs without leader election.
-type certDirWriter struct {
+type DirWriter struct {
 	client kubernetes.Interface
 	secret types.NamespacedName
 	dir    string
@@ -34,14 +34,14 @@ type certDirWriter struct {
 	log   logr.Logger
 }
 
-func newCertDirWriter(client kubernetes.Interface, o Options) *certDirWriter {
-	return &certDirWriter{client: client, secret: o.CertSecret, dir: o.CertDir,
-		files: map[string]string{"tls.crt": o.CertName, "tls.key": o.KeyName},
-		log:   o.Log.WithName("cert-dir")}
+// NewDirWriter writes o.Secret's certificate and key into o.Dir.
+func NewDirWriter(client kubernetes.Interface, o Options, log logr.Logger) *DirWriter {
+	return &DirWriter{client: client, secret: o.Secret, dir: o.Dir,
+		files: map[string]string{"tls.crt": o.CertName, "tls.key": o.KeyName}, log: log}
 }
 
 // NeedLeaderElection is false: every replica needs its own files.
-func (w *certDirWriter) NeedLeaderElection() bool { return false }
+func (w *DirWriter) NeedLeaderElection() bool { return false }
 
 // resync replays the Secret now and then, so that a write that failed (a
 // full or unwritable directory) is tried again without a Secret change.
@@ -50,7 +50,7 @@ const certDirResync = 30 * time.Second
 // Start watches the one Secret (its namespace's Secrets, narrowed by name, as
 // cert-controller's RBAC allows) and writes it on every change, and on every
 // resync, until ctx ends.
-func (w *certDirWriter) Start(ctx context.Context) error {
+func (w *DirWriter) Start(ctx context.Context) error {
 	if err := os.MkdirAll(w.dir, 0o700); err != nil {
 		return fmt.Errorf("--write-cert-dir: %w", err)
 	}
@@ -72,7 +72,7 @@ func (w *certDirWriter) Start(ctx context.Context) error {
 	return nil
 }
 
-func (w *certDirWriter) onSecret(obj any) {
+func (w *DirWriter) onSecret(obj any) {
 	secret, ok := obj.(*corev1.Secret)
 	if !ok {
 		return
@@ -91,7 +91,7 @@ func (w *certDirWriter) onSecret(obj any) {
 // differ from the files, the key first: the certificate watcher reloads on
 // either file, and a certificate whose key is not there yet would not load.
 // It reports whether it wrote anything.
-func (w *certDirWriter) write(secret *corev1.Secret) (bool, error) {
+func (w *DirWriter) write(secret *corev1.Secret) (bool, error) {
 	for key := range w.files {
 		if len(secret.Data[key]) == 0 {
 			return false, nil // cert-controller has not filled the Secret yet

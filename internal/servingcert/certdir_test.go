@@ -1,18 +1,19 @@
-package webhook
+package servingcert
 
 import (
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
 func TestCertDirWriterWritesFilledSecrets(t *testing.T) {
 	dir := t.TempDir()
-	w := newCertDirWriter(nil, Options{CertDir: dir, CertName: "tls.crt", KeyName: "tls.key",
-		CertSecret: types.NamespacedName{Namespace: "gpuguard", Name: "tls"}})
+	w := NewDirWriter(nil, Options{Dir: dir, CertName: "tls.crt", KeyName: "tls.key",
+		Secret: types.NamespacedName{Namespace: "gpuguard", Name: "tls"}}, logr.Discard())
 	secret := func(crt, key string) *corev1.Secret {
 		return &corev1.Secret{Data: map[string][]byte{"tls.crt": []byte(crt), "tls.key": []byte(key), "ca.crt": []byte("ca")}}
 	}
@@ -58,7 +59,7 @@ func TestCertDirWriterWritesFilledSecrets(t *testing.T) {
 }
 
 func TestCertDirWriterReportsUnwritableDir(t *testing.T) {
-	w := newCertDirWriter(nil, Options{CertDir: filepath.Join(t.TempDir(), "missing"), CertName: "tls.crt", KeyName: "tls.key"})
+	w := NewDirWriter(nil, Options{Dir: filepath.Join(t.TempDir(), "missing"), CertName: "tls.crt", KeyName: "tls.key"}, logr.Discard())
 	if _, err := w.write(&corev1.Secret{Data: map[string][]byte{"tls.crt": []byte("c"), "tls.key": []byte("k")}}); err == nil {
 		t.Fatal("want an error for a directory that does not exist")
 	}

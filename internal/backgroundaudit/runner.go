@@ -1,4 +1,8 @@
-package webhook
+// Package backgroundaudit judges, on one elected webhook replica, what already
+// exists in the cluster: pods from before the webhook or from an outage, and
+// the templates of pod controllers. It publishes the results as metrics and,
+// optionally, as OpenReports.
+package backgroundaudit
 
 import (
 	"context"
@@ -10,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/gpuguard/gpuguard/internal/audit"
 	"github.com/gpuguard/gpuguard/internal/policysource"
@@ -24,10 +30,10 @@ import (
 	"github.com/gpuguard/gpuguard/policy"
 )
 
-// AuditOptions turn on the background audit: every Interval, and whenever the
+// Options turn on the background audit: every Interval, and whenever the
 // policy changes, one elected replica judges what exists in the cluster and,
 // with Reports, writes the results as OpenReports.
-type AuditOptions struct {
+type Options struct {
 	Interval time.Duration
 	Reports  bool
 	// Excluded namespaces besides kube-system, kube-node-lease and the policy's.
@@ -40,26 +46,45 @@ const auditLease = "gpuguard-audit"
 // policyPoll is how often the auditor looks for a new policy.
 const policyPoll = 2 * time.Second
 
-// auditSync is the background audit. It runs on every replica and elects one
+// Runner is the background audit. It runs on every replica and elects one
 // through its own Lease, so that only the audit waits for leadership, never the
 // webhook server or the policy watch.
-type auditSync struct {
+type Runner struct {
 	clientset kubernetes.Interface
 	client    client.Client
 	// reader reads Reports straight from the API server: no cluster-wide watch.
 	reader    client.Reader
 	source    *policysource.Source
-	options   AuditOptions
+	options   Options
 	namespace string // the policy's, for the Lease and left out of the audit
-	metrics   *Metrics
+	metrics   Metrics
 	log       logr.Logger
 }
 
+// Metrics are the collectors a Runner updates.
+type Metrics struct {
+	// Runs counts audits by result: success or error.
+	Runs *prometheus.CounterVec
+	// Objects are the last audit's objects by verdict: allow, warn, deny.
+	Objects *prometheus.GaugeVec
+}
+
+// New makes a Runner over mgr's clients that audits with the policy of source
+// and holds its Lease in namespace, the policy's.
+func New(mgr manager.Manager, source *policysource.Source, namespace string, o Options, m Metrics, log logr.Logger) (*Runner, error) {
+	clientset, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{clientset: clientset, client: mgr.GetClient(), reader: mgr.GetAPIReader(), source: source,
+		options: o, namespace: namespace, metrics: m, log: log}, nil
+}
+
 // NeedLeaderElection is false: the auditor elects itself (see Start).
-func (a *auditSync) NeedLeaderElection() bool { return false }
+func (a *Runner) NeedLeaderElection() bool { return false }
 
 // Start campaigns for the Lease until ctx is done, auditing while it leads.
-func (a *auditSync) Start(ctx context.Context) error {
+func (a *Runner) Start(ctx context.Context) error {
 	identity, _ := os.Hostname()
 	identity = fmt.Sprintf("%s_%d", identity, os.Getpid())
 	lock := &resourcelock.LeaseLock{
@@ -81,7 +106,7 @@ func (a *auditSync) Start(ctx context.Context) error {
 }
 
 // lead audits every interval and after every policy change, while leading.
-func (a *auditSync) lead(ctx context.Context) {
+func (a *Runner) lead(ctx context.Context) {
 	a.log.Info("auditing the cluster", "interval", a.options.Interval.String(), "reports", a.options.Reports)
 	poll := time.NewTicker(policyPoll)
 	defer poll.Stop()
@@ -100,11 +125,11 @@ func (a *auditSync) lead(ctx context.Context) {
 	}
 }
 
-func (a *auditSync) once(ctx context.Context, e *policy.Engine) {
+func (a *Runner) once(ctx context.Context, e *policy.Engine) {
 	excluded := slices.Concat(audit.DefaultExcluded, []string{a.namespace}, a.options.Excluded)
 	out, err := audit.Run(ctx, a.clientset, e, audit.Options{Excluded: excluded})
 	if err != nil {
-		a.metrics.AuditRuns.WithLabelValues("error").Inc()
+		a.metrics.Runs.WithLabelValues("error").Inc()
 		a.log.Error(err, "background audit failed")
 		return
 	}
@@ -117,24 +142,24 @@ func (a *auditSync) once(ctx context.Context, e *policy.Engine) {
 			warned++
 		}
 	}
-	a.metrics.AuditObjects.WithLabelValues("deny").Set(float64(denied))
-	a.metrics.AuditObjects.WithLabelValues("warn").Set(float64(warned))
-	a.metrics.AuditObjects.WithLabelValues("allow").Set(float64(len(out.Judged) - denied - warned))
+	a.metrics.Objects.WithLabelValues("deny").Set(float64(denied))
+	a.metrics.Objects.WithLabelValues("warn").Set(float64(warned))
+	a.metrics.Objects.WithLabelValues("allow").Set(float64(len(out.Judged) - denied - warned))
 	if a.options.Reports {
 		if err := a.writeReports(ctx, reports.Build(out, time.Now())); err != nil {
-			a.metrics.AuditRuns.WithLabelValues("error").Inc()
+			a.metrics.Runs.WithLabelValues("error").Inc()
 			a.log.Error(err, "writing the audit's OpenReports")
 			return
 		}
 	}
-	a.metrics.AuditRuns.WithLabelValues("success").Inc()
+	a.metrics.Runs.WithLabelValues("success").Inc()
 	a.log.Info("background audit", "judged", len(out.Judged), "denied", denied, "warned", warned)
 }
 
 // writeReports creates or updates gpuguard's Report in every namespace that
 // has one now, and deletes it where it has none any more: a result goes with
 // its object.
-func (a *auditSync) writeReports(ctx context.Context, want map[string]*openreports.Report) error {
+func (a *Runner) writeReports(ctx context.Context, want map[string]*openreports.Report) error {
 	existing := &openreports.ReportList{}
 	err := a.reader.List(ctx, existing, client.MatchingLabels(reports.Labels))
 	if meta.IsNoMatchError(err) {
@@ -161,7 +186,7 @@ func (a *auditSync) writeReports(ctx context.Context, want map[string]*openrepor
 	return errors.Join(errs...)
 }
 
-func (a *auditSync) upsert(ctx context.Context, r *openreports.Report) error {
+func (a *Runner) upsert(ctx context.Context, r *openreports.Report) error {
 	cur := &openreports.Report{}
 	err := a.reader.Get(ctx, client.ObjectKeyFromObject(r), cur)
 	if apierrors.IsNotFound(err) {
