@@ -71,6 +71,26 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return fmt.Errorf("creating an NVML event set: %v", ret)
 	}
 	defer set.Free()
+	l := &eventLoop{w: w, targets: w.register(set), xidBad: map[string]bool{}}
+	w.Log.Info("health checks running", "gpus", len(l.targets), "ignoredXIDs", len(w.Ignored))
+	for ctx.Err() == nil {
+		data, ret := set.Wait(uint32(w.WaitTimeout / time.Millisecond))
+		if ret != nvml.SUCCESS && ret != nvml.ERROR_TIMEOUT {
+			l.waitFailed(ret)
+			w.Sleep(ctx, w.backoff(l.failures))
+			continue
+		}
+		l.waitWorks()
+		if ret == nvml.SUCCESS && data.EventType == nvml.EventTypeXidCriticalError {
+			l.onXID(data)
+		}
+	}
+	return nil
+}
+
+// register subscribes set to the XID events of every GPU that reports them;
+// the others are logged and not health-checked.
+func (w *Watcher) register(set nvml.EventSet) map[string]gpuTarget {
 	targets := map[string]gpuTarget{}
 	for _, g := range w.Inventory.GPUs {
 		h, ret := w.Lib.DeviceGetHandleByUUID(g.UUID)
@@ -89,62 +109,77 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 		targets[g.UUID] = gpuTarget{gpu: g}
 	}
-	w.Log.Info("health checks running", "gpus", len(targets), "ignoredXIDs", len(w.Ignored))
+	return targets
+}
 
-	xidBad := map[string]bool{} // devices made unhealthy by an XID: they stay so
-	failures := 0
-	waitDown := false
-	for ctx.Err() == nil {
-		data, ret := set.Wait(uint32(w.WaitTimeout / time.Millisecond))
-		if ret != nvml.SUCCESS && ret != nvml.ERROR_TIMEOUT {
-			failures++
-			w.Log.Error(errors.New(ret.Error()), "waiting for NVML events failed", "consecutiveFailures", failures)
-			if failures >= w.FailureThreshold && !waitDown {
-				waitDown = true
-				for _, id := range w.allDevices() {
-					if !xidBad[id] {
-						w.Update(Update{ID: id, Healthy: false, Reason: "NVML event wait failing: " + ret.Error()})
-					}
-				}
-			}
-			w.Sleep(ctx, w.backoff(failures))
-			continue
-		}
-		failures = 0
-		if waitDown {
-			waitDown = false
-			w.Log.Info("NVML event wait recovered")
-			for _, id := range w.allDevices() {
-				if !xidBad[id] {
-					w.Update(Update{ID: id, Healthy: true, Reason: "NVML event wait recovered"})
-				}
-			}
-		}
-		if ret == nvml.ERROR_TIMEOUT || data.EventType != nvml.EventTypeXidCriticalError {
-			continue
-		}
-		xid := data.EventData
-		ignored := w.Ignored[xid]
-		if w.XIDs != nil {
-			w.XIDs.WithLabelValues(strconv.FormatUint(xid, 10), strconv.FormatBool(ignored)).Inc()
-		}
-		if ignored {
-			w.Log.Info("ignoring application XID", "xid", xid)
-			continue
-		}
-		ids, known := w.affected(targets, data)
-		if !known {
-			w.Log.Info("ignoring XID on a device that is not health-checked", "xid", xid)
-			continue
-		}
-		for _, id := range ids {
-			if !xidBad[id] {
-				xidBad[id] = true
-				w.Update(Update{ID: id, Healthy: false, Reason: "XID " + strconv.FormatUint(xid, 10)})
-			}
+// eventLoop is the state of Run between events.
+type eventLoop struct {
+	w       *Watcher
+	targets map[string]gpuTarget
+	// xidBad are the devices an XID made unhealthy: they stay so.
+	xidBad map[string]bool
+	// failures counts consecutive failed waits; waitDown is set once they
+	// reach the threshold and every device was reported unhealthy.
+	failures int
+	waitDown bool
+}
+
+// waitFailed counts a failed wait; at the threshold every device not
+// already failed by an XID is reported unhealthy, once.
+func (l *eventLoop) waitFailed(ret nvml.Return) {
+	l.failures++
+	l.w.Log.Error(errors.New(ret.Error()), "waiting for NVML events failed", "consecutiveFailures", l.failures)
+	if l.failures < l.w.FailureThreshold || l.waitDown {
+		return
+	}
+	l.waitDown = true
+	l.setAll(false, "NVML event wait failing: "+ret.Error())
+}
+
+// waitWorks resets the count of failed waits, and reports the devices
+// healthy again after the wait itself had failed them.
+func (l *eventLoop) waitWorks() {
+	l.failures = 0
+	if !l.waitDown {
+		return
+	}
+	l.waitDown = false
+	l.w.Log.Info("NVML event wait recovered")
+	l.setAll(true, "NVML event wait recovered")
+}
+
+// setAll reports every device but those an XID failed.
+func (l *eventLoop) setAll(healthy bool, reason string) {
+	for _, id := range l.w.allDevices() {
+		if !l.xidBad[id] {
+			l.w.Update(Update{ID: id, Healthy: healthy, Reason: reason})
 		}
 	}
-	return nil
+}
+
+// onXID counts a critical XID and, unless the policy ignores it, fails the
+// devices it touches for good.
+func (l *eventLoop) onXID(data nvml.EventData) {
+	w, xid := l.w, data.EventData
+	ignored := w.Ignored[xid]
+	if w.XIDs != nil {
+		w.XIDs.WithLabelValues(strconv.FormatUint(xid, 10), strconv.FormatBool(ignored)).Inc()
+	}
+	if ignored {
+		w.Log.Info("ignoring application XID", "xid", xid)
+		return
+	}
+	ids, known := w.affected(l.targets, data)
+	if !known {
+		w.Log.Info("ignoring XID on a device that is not health-checked", "xid", xid)
+		return
+	}
+	for _, id := range ids {
+		if !l.xidBad[id] {
+			l.xidBad[id] = true
+			w.Update(Update{ID: id, Healthy: false, Reason: "XID " + strconv.FormatUint(xid, 10)})
+		}
+	}
 }
 
 // affected lists the devices an event touches. An event whose GPU cannot
