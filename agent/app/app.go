@@ -19,6 +19,7 @@ import (
 	"github.com/gpuguard/gpuguard/agent/health"
 	"github.com/gpuguard/gpuguard/agent/nodeconfig"
 	"github.com/gpuguard/gpuguard/agent/plugin"
+	"github.com/gpuguard/gpuguard/agent/rm"
 	"github.com/gpuguard/gpuguard/agent/strategy"
 	"github.com/gpuguard/gpuguard/agent/verify"
 	"github.com/gpuguard/gpuguard/config"
@@ -301,7 +302,7 @@ func (a *Agent) shouldServe(ctx context.Context) bool {
 // the devices into resources (MIG profiles, time-sliced shares) and makes
 // sure a CDI spec names them where a CDI strategy is used. A node that rules
 // out the configuration is a ConfigError.
-func (a *Agent) prepareResources(inv *discovery.Inventory, in nodeconfig.Inputs) ([]plugin.Resource, *strategy.Builder, error) {
+func (a *Agent) prepareResources(inv *discovery.Inventory, in nodeconfig.Inputs) ([]rm.Resource, *strategy.Builder, error) {
 	choice, err := strategy.Resolve(a.cfg.DeviceListStrategy, in.Toolkit, in.Containerd)
 	if err != nil {
 		return nil, nil, ConfigError{err}
@@ -311,7 +312,7 @@ func (a *Agent) prepareResources(inv *discovery.Inventory, in nodeconfig.Inputs)
 	}
 	a.log.Info("device list strategy", "strategy", choice.List.String(), "reason", choice.Reason)
 	b := &strategy.Builder{Strategies: choice.List, IDs: a.set.ids, AnnotationPrefix: a.cfg.CDIAnnotationPrefix}
-	resources, err := plugin.BuildResources(inv, a.cfg.MIGStrategy)
+	resources, err := rm.BuildResources(inv, a.cfg.MIGStrategy)
 	if err != nil {
 		return nil, nil, ConfigError{err}
 	}
@@ -332,7 +333,7 @@ func (a *Agent) prepareResources(inv *discovery.Inventory, in nodeconfig.Inputs)
 
 // ensureCDISpec makes sure a CDI spec names every device, the toolkit's or
 // the agent's own, and returns its kind.
-func (a *Agent) ensureCDISpec(inv *discovery.Inventory, in nodeconfig.Inputs, resources []plugin.Resource) (string, error) {
+func (a *Agent) ensureCDISpec(inv *discovery.Inventory, in nodeconfig.Inputs, resources []rm.Resource) (string, error) {
 	var names []string
 	for _, r := range resources {
 		for _, d := range r.Devices {
@@ -362,10 +363,10 @@ func (a *Agent) ensureCDISpec(inv *discovery.Inventory, in nodeconfig.Inputs, re
 
 // servePlugins serves each resource on its socket and registers it with the
 // kubelet; a failed registration is retried later.
-func (a *Agent) servePlugins(ctx context.Context, s *session, resources []plugin.Resource, b *strategy.Builder) error {
+func (a *Agent) servePlugins(ctx context.Context, s *session, resources []rm.Resource, b *strategy.Builder) error {
 	kubeletSocket := filepath.Join(a.cfg.DevicePluginDir, plugin.KubeletSocketName)
 	for _, r := range resources {
-		p := plugin.New(plugin.Options{Resource: r, Dir: a.cfg.DevicePluginDir, Builder: b, Log: a.log, Metrics: a.pluginMetrics})
+		p := plugin.New(plugin.Options{Devices: rm.New(r), Dir: a.cfg.DevicePluginDir, Builder: b, Log: a.log, Metrics: a.pluginMetrics})
 		if err := p.Start(); err != nil {
 			s.stop()
 			return err

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/agent/cdispec"
 	"github.com/gpuguard/gpuguard/agent/health"
-	"github.com/gpuguard/gpuguard/agent/plugin"
+	"github.com/gpuguard/gpuguard/agent/rm"
 	"github.com/gpuguard/gpuguard/agent/strategy"
 	"github.com/gpuguard/gpuguard/agent/verify"
 )
@@ -68,7 +68,7 @@ func DefaultConfig() Config {
 		DevicePlugin:        PluginAuto,
 		DeviceListStrategy:  strategy.Auto,
 		DeviceIDStrategy:    string(strategy.IDUUID),
-		MIGStrategy:         plugin.MIGMixed,
+		MIGStrategy:         rm.MIGMixed,
 		TimeSlicingReplicas: 1,
 		CDISpec:             cdispec.ModeAuto,
 		CDISpecDir:          "/var/run/cdi",

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/gpuguard/gpuguard/agent/health"
-	"github.com/gpuguard/gpuguard/agent/plugin"
+	"github.com/gpuguard/gpuguard/agent/rm"
 	"github.com/gpuguard/gpuguard/agent/strategy"
 	"github.com/gpuguard/gpuguard/agent/verify"
 )
@@ -18,7 +18,7 @@ type settings struct {
 	ignoredXIDs    map[uint64]bool
 	retry          time.Duration
 	verifyInterval time.Duration
-	timeSlicing    plugin.TimeSlicing
+	timeSlicing    rm.TimeSlicing
 }
 
 func (c Config) parse() (settings, error) {
@@ -35,10 +35,10 @@ func (c Config) parse() (settings, error) {
 	if s.ids, err = strategy.ParseIDStrategy(c.DeviceIDStrategy); err != nil {
 		return s, err
 	}
-	if c.MIGStrategy != plugin.MIGNone && c.MIGStrategy != plugin.MIGMixed {
+	if c.MIGStrategy != rm.MIGNone && c.MIGStrategy != rm.MIGMixed {
 		return s, fmt.Errorf("--mig-strategy=%s: want none or mixed", c.MIGStrategy)
 	}
-	s.timeSlicing = plugin.TimeSlicing{Replicas: c.TimeSlicingReplicas, Rename: c.TimeSlicingRename}
+	s.timeSlicing = rm.TimeSlicing{Replicas: c.TimeSlicingReplicas, Rename: c.TimeSlicingRename}
 	if err := s.timeSlicing.Validate(); err != nil {
 		return s, err
 	}

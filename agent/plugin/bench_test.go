@@ -6,6 +6,8 @@ import (
 	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpuguard/gpuguard/agent/rm"
 )
 
 // reportLatencies adds p50 and p99 of the measured round trips.
@@ -25,7 +27,7 @@ func BenchmarkAllocateRoundTrip(b *testing.B) {
 			_, _, c := startPlugin(b, list)
 			ctx := ctxT(b)
 			ids := []string{}
-			for _, d := range mockResources(b, "mock:dgxa100", MIGMixed)[0].Devices[:2] {
+			for _, d := range mockResources(b, "mock:dgxa100", rm.MIGMixed)[0].Devices[:2] {
 				ids = append(ids, d.ID)
 			}
 			req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}
@@ -48,7 +50,7 @@ func BenchmarkGetPreferredAllocationRoundTrip(b *testing.B) {
 	_, _, c := startPlugin(b, "envvar")
 	ctx := ctxT(b)
 	var ids []string
-	for _, d := range mockResources(b, "mock:dgxa100", MIGMixed)[0].Devices {
+	for _, d := range mockResources(b, "mock:dgxa100", rm.MIGMixed)[0].Devices {
 		ids = append(ids, d.ID)
 	}
 	req := &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/gpuguard/gpuguard/agent/discovery"
 	"github.com/gpuguard/gpuguard/agent/discovery/discoverytest"
 	"github.com/gpuguard/gpuguard/agent/kubelettest"
+	"github.com/gpuguard/gpuguard/agent/rm"
 	"github.com/gpuguard/gpuguard/agent/strategy"
 )
 
@@ -39,9 +39,9 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-func mockResources(t testing.TB, spec, mig string) []Resource {
+func mockResources(t testing.TB, spec, mig string) []rm.Resource {
 	t.Helper()
-	rs, err := BuildResources(discoverytest.Inventory(t, spec), mig)
+	rs, err := rm.BuildResources(discoverytest.Inventory(t, spec), mig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,14 +60,14 @@ func builder(t testing.TB, list string, ids strategy.IDStrategy) *strategy.Build
 // startPlugin serves the GPU resource of a mock DGX A100 in a fresh dir.
 func startPlugin(t testing.TB, list string) (*Plugin, string, pluginapi.DevicePluginClient) {
 	t.Helper()
-	return serveResource(t, mockResources(t, "mock:dgxa100", MIGMixed)[0], list)
+	return serveResource(t, mockResources(t, "mock:dgxa100", rm.MIGMixed)[0], list)
 }
 
 // serveResource serves r in a fresh dir and dials it.
-func serveResource(t testing.TB, r Resource, list string) (*Plugin, string, pluginapi.DevicePluginClient) {
+func serveResource(t testing.TB, r rm.Resource, list string) (*Plugin, string, pluginapi.DevicePluginClient) {
 	t.Helper()
 	dir := shortDir(t)
-	p := New(Options{Resource: r, Dir: dir, Builder: builder(t, list, strategy.IDUUID), Log: logr.Discard()})
+	p := New(Options{Devices: rm.New(r), Dir: dir, Builder: builder(t, list, strategy.IDUUID), Log: logr.Discard()})
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestRegisterAndListAndWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	regs := k.Registrations()
-	if len(regs) != 1 || regs[0].ResourceName != GPUResource || regs[0].Endpoint != "gpuguard-nvidia.com-gpu.sock" || !regs[0].Options.GetPreferredAllocationAvailable {
+	if len(regs) != 1 || regs[0].ResourceName != rm.GPUResource || regs[0].Endpoint != "gpuguard-nvidia.com-gpu.sock" || !regs[0].Options.GetPreferredAllocationAvailable {
 		t.Fatalf("registrations %v", regs)
 	}
 
@@ -159,11 +159,11 @@ func TestRegisterWithoutKubeletFails(t *testing.T) {
 
 func TestStartReplacesStaleSocket(t *testing.T) {
 	dir := shortDir(t)
-	rs := mockResources(t, "mock:dgxh100", MIGMixed)
+	rs := mockResources(t, "mock:dgxh100", rm.MIGMixed)
 	if err := os.WriteFile(filepath.Join(dir, SocketName(rs[0].Name)), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := New(Options{Resource: rs[0], Dir: dir, Builder: builder(t, "envvar", strategy.IDUUID), Log: logr.Discard()})
+	p := New(Options{Devices: rm.New(rs[0]), Dir: dir, Builder: builder(t, "envvar", strategy.IDUUID), Log: logr.Discard()})
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -232,14 +232,14 @@ func TestAllocateEveryStrategyOverTheSocket(t *testing.T) {
 
 func TestAllocateIndexIDs(t *testing.T) {
 	dir := shortDir(t)
-	rs := mockResources(t, "mock:dgxa100:mig", MIGMixed)
-	var mig Resource
+	rs := mockResources(t, "mock:dgxa100:mig", rm.MIGMixed)
+	var mig rm.Resource
 	for _, r := range rs {
 		if r.Name == "nvidia.com/mig-2g.10gb" {
 			mig = r
 		}
 	}
-	p := New(Options{Resource: mig, Dir: dir, Builder: builder(t, "envvar", strategy.IDIndex), Log: logr.Discard()})
+	p := New(Options{Devices: rm.New(mig), Dir: dir, Builder: builder(t, "envvar", strategy.IDIndex), Log: logr.Discard()})
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -334,78 +334,6 @@ func TestBadRequestsAreInvalidArgument(t *testing.T) {
 	}
 }
 
-func TestPreferredAllocation(t *testing.T) {
-	rs := mockResources(t, "mock:dgxa100", MIGMixed)
-	st := newDeviceState(rs[0].Devices)
-	id := func(i ...int) []string {
-		var out []string
-		for _, x := range i {
-			out = append(out, rs[0].Devices[x].ID)
-		}
-		return out
-	}
-	all := id(0, 1, 2, 3, 4, 5, 6, 7)
-	cases := []struct {
-		name        string
-		avail, must []string
-		size        int
-		want        []string
-	}{
-		{"packed on NUMA 0", all, nil, 2, id(0, 1)},
-		{"fits only NUMA 1", id(0, 1, 4, 5, 6), nil, 3, id(4, 5, 6)},
-		{"smallest fitting node", id(0, 1, 2, 5, 6), nil, 2, id(5, 6)},
-		{"must-include pulls its node", all, id(5), 2, id(5, 4)},
-		{"spans nodes when needed", all, nil, 6, id(0, 1, 2, 3, 4, 5)},
-		{"everything", all, nil, 8, all},
-		{"largest node first when none fits", id(0, 4, 5, 6), nil, 4, id(4, 5, 6, 0)},
-	}
-	for _, tc := range cases {
-		got, err := preferredAllocation(st, tc.avail, tc.must, tc.size)
-		if err != nil {
-			t.Errorf("%s: %v", tc.name, err)
-			continue
-		}
-		if !slices.Equal(got, tc.want) {
-			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
-func TestPreferredAllocationUnknownNUMA(t *testing.T) {
-	devs := []Device{
-		{ID: "a", NUMANode: discovery.UnknownNUMANode, PCIBusID: "0000:02:00.0"},
-		{ID: "b", NUMANode: discovery.UnknownNUMANode, PCIBusID: "0000:01:00.0"},
-		{ID: "c", NUMANode: discovery.UnknownNUMANode, PCIBusID: "0000:03:00.0"},
-	}
-	got, err := preferredAllocation(newDeviceState(devs), []string{"a", "b", "c"}, nil, 2)
-	if err != nil || !slices.Equal(got, []string{"b", "a"}) {
-		t.Fatalf("got %v %v, want PCI-ordered [b a]", got, err)
-	}
-}
-
-func TestResourcesByMIGStrategy(t *testing.T) {
-	got := map[string]int{}
-	for _, r := range mockResources(t, "mock:dgxa100:mig", MIGMixed) {
-		got[r.Name] = len(r.Devices)
-	}
-	want := map[string]int{"nvidia.com/gpu": 6, "nvidia.com/mig-1g.5gb": 4, "nvidia.com/mig-2g.10gb": 2, "nvidia.com/mig-3g.20gb": 2}
-	if len(got) != len(want) {
-		t.Fatalf("resources %v", got)
-	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s: %d devices, want %d", k, got[k], v)
-		}
-	}
-	none := mockResources(t, "mock:dgxa100:mig", MIGNone)
-	if len(none) != 1 || len(none[0].Devices) != 8 {
-		t.Fatalf("none strategy: %v", none)
-	}
-	if _, err := BuildResources(&discovery.Inventory{}, "single"); err == nil {
-		t.Error("unsupported MIG strategy: no error")
-	}
-}
-
 // fakeNVIDIAPlugin answers GetDevicePluginOptions like any device plugin.
 type fakeNVIDIAPlugin struct {
 	pluginapi.UnimplementedDevicePluginServer
@@ -435,7 +363,7 @@ func TestFindOtherPlugins(t *testing.T) {
 	}
 	// Our own socket, the kubelet's, another vendor's and a dead NVIDIA one
 	// do not count.
-	serveFake(t, filepath.Join(dir, SocketName(GPUResource)))
+	serveFake(t, filepath.Join(dir, SocketName(rm.GPUResource)))
 	serveFake(t, filepath.Join(dir, "kubelet.sock"))
 	serveFake(t, filepath.Join(dir, "intel-gpu.sock"))
 	dead, err := net.Listen("unix", filepath.Join(dir, "nvidia.sock"))

@@ -1,3 +1,6 @@
+// Package plugin is the kubelet device plugin server: one gRPC server per
+// resource on a unix socket in the device plugin directory, which registers
+// with the kubelet and answers it through a ResourceManager.
 package plugin
 
 import (
@@ -7,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -20,7 +24,8 @@ import (
 
 // Options configure one plugin.
 type Options struct {
-	Resource Resource
+	// Devices are the resource's devices and their health.
+	Devices ResourceManager
 	// Dir is the kubelet's device plugin directory.
 	Dir     string
 	Builder *strategy.Builder
@@ -38,7 +43,7 @@ type Plugin struct {
 	builder  *strategy.Builder
 	log      logr.Logger
 	metrics  *Metrics
-	state    *deviceState
+	devices  ResourceManager
 
 	mu     sync.Mutex
 	server *grpc.Server
@@ -47,14 +52,15 @@ type Plugin struct {
 
 // New prepares a plugin; Start serves it.
 func New(o Options) *Plugin {
+	name := o.Devices.Resource()
 	p := &Plugin{
-		resource: o.Resource.Name,
+		resource: name,
 		dir:      o.Dir,
-		socket:   filepath.Join(o.Dir, SocketName(o.Resource.Name)),
+		socket:   filepath.Join(o.Dir, SocketName(name)),
 		builder:  o.Builder,
-		log:      o.Log.WithValues("resource", o.Resource.Name),
+		log:      o.Log.WithValues("resource", name),
 		metrics:  o.Metrics,
-		state:    newDeviceState(o.Resource.Devices),
+		devices:  o.Devices,
 	}
 	p.updateDeviceMetrics()
 	return p
@@ -92,7 +98,8 @@ func (p *Plugin) Start() error {
 			p.log.Error(err, "device plugin server stopped")
 		}
 	}()
-	p.log.Info("serving device plugin", "socket", p.socket, "devices", len(p.state.devices))
+	healthy, unhealthy := p.devices.Counts()
+	p.log.Info("serving device plugin", "socket", p.socket, "devices", healthy+unhealthy)
 	return nil
 }
 
@@ -119,7 +126,7 @@ func (p *Plugin) Stop() {
 // or not; ListAndWatch streams get the new list. Unknown UUIDs are ignored
 // (the device is another resource's).
 func (p *Plugin) SetHealth(id string, healthy bool, reason string) {
-	if p.state.setHealth(id, healthy, reason) {
+	if p.devices.SetHealth(id, healthy, reason) {
 		p.log.Info("device health changed", "device", id, "healthy", healthy, "reason", reason)
 		p.updateDeviceMetrics()
 	}
@@ -127,13 +134,13 @@ func (p *Plugin) SetHealth(id string, healthy bool, reason string) {
 
 // Has says whether the plugin serves the physical device (by UUID), whole
 // or in shares.
-func (p *Plugin) Has(uuid string) bool { return p.state.physical[uuid] }
+func (p *Plugin) Has(uuid string) bool { return p.devices.Has(uuid) }
 
 func (p *Plugin) updateDeviceMetrics() {
 	if p.metrics == nil {
 		return
 	}
-	h, u := p.state.counts()
+	h, u := p.devices.Counts()
 	p.metrics.devices.WithLabelValues(p.resource, pluginapi.Healthy).Set(float64(h))
 	p.metrics.devices.WithLabelValues(p.resource, pluginapi.Unhealthy).Set(float64(u))
 }
@@ -150,7 +157,7 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 	done := p.done
 	p.mu.Unlock()
 	for {
-		devs, changed := p.state.snapshot()
+		devs, changed := p.devices.Snapshot()
 		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
 			return err
 		}
@@ -177,7 +184,7 @@ func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 	}
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for i, cr := range req.GetContainerRequests() {
-		ids, err := preferredAllocation(p.state, cr.GetAvailableDeviceIDs(), cr.GetMustIncludeDeviceIDs(), int(cr.GetAllocationSize()))
+		ids, err := p.devices.Preferred(cr.GetAvailableDeviceIDs(), cr.GetMustIncludeDeviceIDs(), int(cr.GetAllocationSize()))
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "%s container request %d: %v", p.resource, i, err)
 		}
@@ -212,7 +219,7 @@ func (p *Plugin) allocate(req *pluginapi.AllocateRequest) (*pluginapi.AllocateRe
 		if len(cr.GetDevicesIds()) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "%s container request %d: no devices", p.resource, i)
 		}
-		refs, err := p.physicalDevices(cr.GetDevicesIds())
+		refs, err := p.devices.Resolve(cr.GetDevicesIds())
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "%s container request %d: %v", p.resource, i, err)
 		}
@@ -225,25 +232,7 @@ func (p *Plugin) allocate(req *pluginapi.AllocateRequest) (*pluginapi.AllocateRe
 	return resp, nil
 }
 
-// physicalDevices maps a container's device IDs to the devices they stand
-// for, each once: two shares of one GPU give the container that GPU, once.
-func (p *Plugin) physicalDevices(ids []string) ([]strategy.DeviceRef, error) {
-	seen := map[string]bool{}
-	physical := map[string]bool{}
-	refs := make([]strategy.DeviceRef, 0, len(ids))
-	for _, id := range ids {
-		d, ok := p.state.lookup(id)
-		if !ok {
-			return nil, fmt.Errorf("unknown device %q", id)
-		}
-		if seen[id] {
-			return nil, fmt.Errorf("device %q listed twice", id)
-		}
-		seen[id] = true
-		if !physical[d.Ref.UUID] {
-			physical[d.Ref.UUID] = true
-			refs = append(refs, d.Ref)
-		}
-	}
-	return refs, nil
+// SocketName is the plugin's socket for a resource in the plugin dir.
+func SocketName(resource string) string {
+	return "gpuguard-" + strings.NewReplacer("/", "-", "+", ".").Replace(resource) + ".sock"
 }

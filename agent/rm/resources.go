@@ -1,6 +1,10 @@
-// Package plugin is the kubelet device plugin: one gRPC server per resource
-// on a unix socket in the device plugin directory.
-package plugin
+// Package rm is the agent's resource manager: it groups what discovery found
+// into the resources the node advertises (whole GPUs, MIG profiles,
+// time-sliced shares), keeps each device's health, and decides which
+// physical devices an allocation stands for and which devices to prefer.
+// The device plugin server reaches devices only through it, as NVIDIA's
+// plugin does through its internal/rm.
+package rm
 
 import (
 	"fmt"
@@ -37,11 +41,6 @@ type Device struct {
 type Resource struct {
 	Name    string
 	Devices []Device
-}
-
-// SocketName is the plugin's socket for a resource in the plugin dir.
-func SocketName(resource string) string {
-	return "gpuguard-" + strings.NewReplacer("/", "-", "+", ".").Replace(resource) + ".sock"
 }
 
 // BuildResources groups the inventory into resources.

@@ -1,11 +1,11 @@
-package plugin
+package rm
 
 import (
 	"fmt"
 	"sort"
 )
 
-// preferredAllocation picks size devices from available, keeping
+// Preferred picks size devices from available, keeping
 // mustInclude, and keeping the pick close: all on one NUMA node when one
 // can hold the request (the fullest-fitting node, so larger nodes stay free
 // for larger requests), otherwise spread over as few NUMA nodes as
@@ -13,20 +13,20 @@ import (
 // the same PCI root are taken together. Devices with an unknown NUMA node
 // form a group of their own. Time-sliced shares are spread instead (see
 // spreadShares). The result is deterministic.
-func preferredAllocation(state *deviceState, available, mustInclude []string, size int) ([]string, error) {
-	avail, out, err := checkPreferredRequest(state, available, mustInclude, size)
+func (s *Manager) Preferred(available, mustInclude []string, size int) ([]string, error) {
+	avail, out, err := checkPreferredRequest(s, available, mustInclude, size)
 	if err != nil {
 		return nil, err
 	}
-	if state.shared {
-		return spreadShares(state, avail, out, size), nil
+	if s.shared {
+		return spreadShares(s, avail, out, size), nil
 	}
 	return pickClose(avail, out, size), nil
 }
 
 // checkPreferredRequest resolves the available devices and returns them
 // with the must-include ones, or says what is wrong with the request.
-func checkPreferredRequest(state *deviceState, available, mustInclude []string, size int) (map[string]Device, []string, error) {
+func checkPreferredRequest(state *Manager, available, mustInclude []string, size int) (map[string]Device, []string, error) {
 	if size <= 0 {
 		return nil, nil, fmt.Errorf("allocation size %d", size)
 	}
@@ -63,7 +63,7 @@ func checkPreferredRequest(state *deviceState, available, mustInclude []string, 
 }
 
 // pickClose fills the request with devices close together (see
-// preferredAllocation).
+// Preferred).
 func pickClose(avail map[string]Device, out []string, size int) []string {
 	chosen := map[string]bool{}
 	for _, id := range out {
@@ -128,7 +128,7 @@ func pickClose(avail map[string]Device, out []string, size int) []string {
 // then of the GPU with the most shares still free (the fewest other
 // containers), so a container asking for two shares gets two GPUs where it
 // can, and containers spread over the node's GPUs. Ties go in device order.
-func spreadShares(state *deviceState, avail map[string]Device, out []string, size int) []string {
+func spreadShares(state *Manager, avail map[string]Device, out []string, size int) []string {
 	free := map[string]int{}  // physical UUID → shares available
 	taken := map[string]int{} // physical UUID → shares in this request
 	chosen := map[string]bool{}
