@@ -185,14 +185,20 @@ func TestCheckExitStatus(t *testing.T) {
 		{"audit mode allows", leakPod, []string{"check", "--mode", "audit", "-"}, 0, "audit: device-env=", ""},
 		{"kind List", list, []string{"check", "-"}, 0, "SKIP    Service s (<stdin>#1.2)", ""},
 		{"json list", list, []string{"check", "-o", "json", "-"}, 0, `"source": "<stdin>#1.1"`, "skipped: Service s"},
-		{"empty input", "", []string{"check", "-"}, 0, "0 objects", ""},
-		{"broken yaml", plainPod + "---\nkind: [\n", []string{"check", "-"}, 2, "", "<stdin>: document 2:"},
-		{"not an object", plainPod + "---\n- a\n- b\n", []string{"check", "-"}, 2, "", "<stdin>: document 2: not a Kubernetes object"},
-		{"no kind", "metadata: {name: x}\n", []string{"check", "-"}, 2, "", "apiVersion and kind are required"},
-		{"bad field type", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: 3}\n", []string{"check", "-"}, 2, "", `document 1: Pod "x"`},
+		{"empty input", "", []string{"check", "-"}, 2, "", "no documents in the input"},
+		{"only separators", "---\n---\n", []string{"check", "-"}, 2, "", "no documents in the input"},
+		{"broken yaml", plainPod + "---\nkind: [\n", []string{"check", "-"}, 2, "MUTATE  Pod default/plain", "<stdin>:7: document 2: yaml: line 7:"},
+		{"not an object", plainPod + "---\n- a\n- b\n", []string{"check", "-"}, 0, "SKIP    <stdin>#2: not a Kubernetes object", ""},
+		{"no kind", "metadata: {name: x}\n", []string{"check", "-"}, 0, "SKIP    <stdin>#1: not a Kubernetes object", ""},
+		{"kustomization", "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [pod.yaml]\n", []string{"check", "-"}, 0, "SKIP    Kustomization", ""},
+		{"bad field type", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: 3}\n", []string{"check", "-"}, 2, "", `<stdin>:1: document 1: Pod "x"`},
+		{"unknown field", leakPod + "---\n" + strings.Replace(plainPod, "image:", "imagee:", 1), []string{"check", "-"}, 2, "DENY    Pod team-a/leak",
+			`<stdin>:10: document 2: Pod "plain": strict decoding error: unknown field "spec.containers[0].imagee"`},
+		{"duplicate field", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers: []\n  containers: []\n", []string{"check", "-"}, 2, "", `line 6: key "containers" already set in map`},
 		{"missing file", "", []string{"check", "does-not-exist.yaml"}, 2, "", "does-not-exist.yaml: no such file"},
 		{"no paths", "", []string{"check"}, 2, "", "requires at least 1 arg"},
-		{"bad output", plainPod, []string{"check", "-o", "yaml", "-"}, 2, "", `-o "yaml": use text or json`},
+		{"bad output", plainPod, []string{"check", "-o", "yaml", "-"}, 2, "", `-o "yaml": use text, json or sarif`},
+		{"quiet", plainPod + "---\n" + leakPod + "---\n" + strings.Replace(plainPod, "plain", "other", 1), []string{"check", "-q", "-"}, 1, "3 objects: 0 allowed, 2 mutated", ""},
 		{"bad mode", plainPod, []string{"check", "--mode", "strict", "-"}, 2, "", `--mode "strict"`},
 		{"unknown flag", "", []string{"check", "--colour", "-"}, 2, "", "unknown flag: --colour"},
 		{"cert dir without a Secret", "", []string{"webhook", "--policy-file", "--write-cert-dir"}, 2, "", "--write-cert-dir writes the certificates of --cert-secret"},
@@ -611,5 +617,85 @@ current-context: gone
 	r := gpuguard(t, "", "verify", "--kubeconfig", kubeconfig, "-n", "team-a")
 	if r.code != 1 || !strings.Contains(r.stdout, "FAIL: expected gpuguard to deny the violating pod in namespace team-a; could not reach the API server at http://127.0.0.1:") {
 		t.Errorf("exit %d, want 1 with a FAIL line naming the unreachable server\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestCheckInARepository: a repository directory holds YAML that is no
+// Kubernetes object (a kustomization, a CI workflow) beside the manifests;
+// check skips it with a note and judges the rest.
+func TestCheckInARepository(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"kustomization.yaml":        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [pods.yaml]\n",
+		".github/workflows/ci.yaml": "name: ci\non: push\njobs:\n  test: {runs-on: ubuntu-latest}\n",
+		"pods.yaml":                 plainPod + "---\n" + leakPod,
+	} {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := gpuguard(t, "", "check", dir)
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1 (one pod is denied)\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"MUTATE  Pod default/plain", "DENY    Pod team-a/leak", "SKIP    Kustomization",
+		"ci.yaml#1: not a Kubernetes object", "2 objects: 0 allowed, 1 mutated, 0 warned, 1 denied; 2 skipped"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	quiet := gpuguard(t, "", "check", "-q", dir)
+	if strings.Contains(quiet.stdout, "SKIP") || !strings.Contains(quiet.stdout, "DENY    Pod team-a/leak") {
+		t.Errorf("quiet output:\n%s", quiet.stdout)
+	}
+}
+
+// TestCheckSARIF: -o sarif gives one result per finding, with the rule, the
+// level and the line of the offending field in its file.
+func TestCheckSARIF(t *testing.T) {
+	path := writeFile(t, "pods.yaml", plainPod+"---\n"+leakPod)
+	r := gpuguard(t, "", "check", "-o", "sarif", path)
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", r.code, r.stderr)
+	}
+	var log struct {
+		Version string `json:"version"`
+		Runs    []struct {
+			Tool struct {
+				Driver struct {
+					Rules []struct{ ID string } `json:"rules"`
+				} `json:"driver"`
+			} `json:"tool"`
+			Results []struct {
+				RuleID    string `json:"ruleId"`
+				Level     string `json:"level"`
+				Locations []struct {
+					Physical struct {
+						Artifact struct{ URI string } `json:"artifactLocation"`
+						Region   struct {
+							StartLine int `json:"startLine"`
+						} `json:"region"`
+					} `json:"physicalLocation"`
+				} `json:"locations"`
+			} `json:"results"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &log); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	if log.Version != "2.1.0" || len(log.Runs) != 1 || len(log.Runs[0].Tool.Driver.Rules) < 10 {
+		t.Fatalf("not a SARIF 2.1.0 log with gpuguard's rules:\n%s", r.stdout)
+	}
+	results := log.Runs[0].Results
+	if len(results) != 1 || results[0].RuleID != "device-env" || results[0].Level != "error" || len(results[0].Locations) != 1 {
+		t.Fatalf("want one device-env error with a location, got %+v", results)
+	}
+	// plainPod is 5 lines, "---" the 6th; leakPod's env entry is its 8th line.
+	if loc := results[0].Locations[0].Physical; loc.Artifact.URI != path || loc.Region.StartLine != 6+8 {
+		t.Errorf("location %+v, want %s line 14", loc, path)
 	}
 }

@@ -22,7 +22,7 @@ type auditOptions struct {
 	kube            kubeconfig.Flags
 	namespace       string
 	allNamespaces   bool
-	output          string
+	out             outputOptions
 	policyConfigMap string
 	excluded        []string
 	stderr          io.Writer
@@ -31,7 +31,7 @@ type auditOptions struct {
 func newAuditCommand() *cobra.Command {
 	o := &auditOptions{}
 	cmd := &cobra.Command{
-		Use:   "audit [-A | -n NAMESPACE] [-o text|json] [--kubeconfig FILE]",
+		Use:   "audit [-A | -n NAMESPACE] [-o text|json|sarif] [-q] [--kubeconfig FILE]",
 		Short: "Judge what already runs in a cluster with the live policy",
 		Long: `audit judges every existing pod and pod controller of a cluster with the policy
 in force (the policy ConfigMap the webhook reads), with check's output: what
@@ -58,7 +58,7 @@ policy errors.`,
 	o.kube.AddFlags(fl)
 	fl.StringVarP(&o.namespace, "namespace", "n", "", "the namespace to audit")
 	fl.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "audit every namespace")
-	fl.StringVarP(&o.output, "output", "o", "text", "output format: text or json (check's contract)")
+	o.out.addFlags(fl)
 	fl.StringVar(&o.policyConfigMap, "policy-configmap", "gpuguard/gpuguard-policy", "NAMESPACE/NAME of the policy ConfigMap (key policy.yaml)")
 	fl.StringSliceVar(&o.excluded, "exclude-namespace", audit.DefaultExcluded, "namespaces left out, besides the policy's own")
 	return cmd
@@ -70,8 +70,8 @@ func (o *auditOptions) run(ctx context.Context, stdout, stderr io.Writer) error 
 	}
 	o.stderr = stderr
 	switch {
-	case o.output != "text" && o.output != "json":
-		return &exitError{exitUsage, fmt.Sprintf("-o %q: use text or json", o.output)}
+	case o.out.validate() != nil:
+		return o.out.validate()
 	case o.allNamespaces == (o.namespace != ""):
 		return &exitError{exitUsage, "say which namespaces: -A for all, or -n NAMESPACE"}
 	}
@@ -100,7 +100,7 @@ func (o *auditOptions) audit(ctx context.Context, c kubernetes.Interface, stdout
 	for _, j := range out.Judged {
 		results = append(results, newCheckedObject(j.APIVersion, j.Kind, j.Meta.GetNamespace(), j.Meta.GetName(), "cluster", j.Result))
 	}
-	return writeResults(stdout, o.stderr, o.output, results, out.Skipped)
+	return o.out.write(stdout, o.stderr, results, out.Skipped)
 }
 
 // livePolicy reads the policy ConfigMap and builds the engine; it returns

@@ -53,7 +53,7 @@ func auditCluster() []runtime.Object {
 }
 
 func TestAuditJudgesWhatExists(t *testing.T) {
-	o := &auditOptions{allNamespaces: true, output: "json", policyConfigMap: "gpuguard/gpuguard-policy",
+	o := &auditOptions{allNamespaces: true, out: outputOptions{format: "json"}, policyConfigMap: "gpuguard/gpuguard-policy",
 		excluded: []string{"kube-system", "kube-node-lease"}, stderr: &bytes.Buffer{}}
 	var out bytes.Buffer
 	err := o.audit(context.Background(), fake.NewClientset(auditCluster()...), &out)
@@ -104,8 +104,8 @@ func TestAuditErrors(t *testing.T) {
 		o    auditOptions
 		want string
 	}{
-		{"no policy", auditOptions{allNamespaces: true, output: "text", policyConfigMap: "elsewhere/gpuguard-policy"}, "policy ConfigMap elsewhere/gpuguard-policy not found"},
-		{"bad reference", auditOptions{allNamespaces: true, output: "text", policyConfigMap: "gpuguard-policy"}, "want NAMESPACE/NAME"},
+		{"no policy", auditOptions{allNamespaces: true, out: outputOptions{format: "text"}, policyConfigMap: "elsewhere/gpuguard-policy"}, "policy ConfigMap elsewhere/gpuguard-policy not found"},
+		{"bad reference", auditOptions{allNamespaces: true, out: outputOptions{format: "text"}, policyConfigMap: "gpuguard-policy"}, "want NAMESPACE/NAME"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.o.stderr = &bytes.Buffer{}

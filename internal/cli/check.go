@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/internal/manifest"
@@ -22,13 +20,13 @@ type checkOptions struct {
 	stderr     io.Writer
 	policyFile string
 	mode       string
-	output     string
+	out        outputOptions
 }
 
 func newCheckCommand() *cobra.Command {
 	o := &checkOptions{}
 	cmd := &cobra.Command{
-		Use:   "check [--policy FILE] [--mode enforce|warn|audit] [-o text|json] PATH...",
+		Use:   "check [--policy FILE] [--mode enforce|warn|audit] [-o text|json|sarif] [-q] PATH...",
 		Short: "Report what the API server would do with pods and pod controllers, offline",
 		Long: `check reports, for every pod, pod controller and Binding in the given files,
 what gpuguard would do at admission: the mutating phase, then the validating phase
@@ -37,13 +35,22 @@ on the mutated object.
 PATH is a YAML or JSON file (several documents, or kind: List), a directory
 (walked for *.yaml, *.yml and *.json) or - for standard input. ConfigMaps in the
 input serve envFrom inspection and Namespaces their gpuguard.io/mode label;
-other kinds are skipped. Objects without a namespace are in "default".
+other kinds, and documents that are no Kubernetes object (a kustomization, a CI
+workflow), are skipped with a note. Objects without a namespace are in "default".
+Pods and pod controllers are decoded strictly, as the API server does: an
+unknown or duplicate field is an error, not a field ignored.
+
+A document that does not parse fails the run, but every other document is
+still reported. Empty input (an upstream command that failed) is an error.
+For what already runs in a cluster, use gpuguard audit.
 
 Exit status: 0 when every object is allowed (a patch or a warning still counts as
-allowed), 1 when any is denied, 2 for usage, read or parse errors.`,
+allowed), 1 when any is denied, 2 for usage errors, unreadable or unparsable
+documents, and empty input.`,
 		Example: `  gpuguard check examples/
   kubectl kustomize overlays/prod | gpuguard check -o json -
-  gpuguard check --policy gpuguard-policy.yaml --mode warn manifests/`,
+  gpuguard check -q --policy gpuguard-policy.yaml --mode warn manifests/
+  gpuguard check -o sarif manifests/ > gpuguard.sarif`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), args, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -51,7 +58,7 @@ allowed), 1 when any is denied, 2 for usage, read or parse errors.`,
 	}
 	cmd.Flags().StringVar(&o.policyFile, "policy", "", "policy document, or a ConfigMap manifest holding it under policy.yaml (default: the built-in policy)")
 	cmd.Flags().StringVar(&o.mode, "mode", "", "override the policy's mode: enforce, warn or audit")
-	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	o.out.addFlags(cmd.Flags())
 	return cmd
 }
 
@@ -73,68 +80,52 @@ type checkedObject struct {
 	Warnings          []policy.Warning      `json:"warnings"`
 	AuditAnnotations  map[string]string     `json:"auditAnnotations,omitempty"`
 	Patch             []jsonpatch.Operation `json:"patch"`
-	decision          policy.Decision
+	// Line is where the object's document starts in its file (check only).
+	Line     int `json:"line,omitempty"`
+	decision policy.Decision
+	// doc is the object's document, for SARIF locations (check only).
+	doc *manifest.Document
 }
 
 func (o *checkOptions) run(ctx context.Context, paths []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if o.output != "text" && o.output != "json" {
-		return &exitError{exitUsage, fmt.Sprintf("-o %q: use text or json", o.output)}
+	if err := o.out.validate(); err != nil {
+		return err
 	}
 	o.stderr = stderr
 	engine, err := o.engine()
 	if err != nil {
 		return err
 	}
-	docs, errs := manifest.Read(paths, stdin)
-	if len(errs) > 0 {
-		return &exitError{exitUsage, joinErrors(errs)}
+	docs, readErrs := manifest.Read(paths, stdin)
+	if len(docs) == 0 && len(readErrs) == 0 {
+		return &exitError{exitUsage, "no documents in the input: did the command that produced it fail?"}
 	}
 	inputs := newCheckInputs(docs)
 	var results []checkedObject
 	var skipped []string
 	for _, d := range docs {
 		switch {
+		case d.NotObject != "":
+			skipped = append(skipped, fmt.Sprintf("%s: %s", d.Location(), d.NotObject))
 		case d.Object != nil && policy.Supported(d.Object):
 			r, err := inputs.admit(ctx, engine, d)
 			if err != nil {
-				return &exitError{exitUsage, fmt.Sprintf("%s: %v", d.Location(), err)}
+				readErrs = append(readErrs, fmt.Errorf("%s: %v", d.Location(), err))
+				continue
 			}
 			results = append(results, r)
 		case d.GVK.Kind != "ConfigMap" && d.GVK.Kind != "Namespace":
 			skipped = append(skipped, fmt.Sprintf("%s %s (%s): not a pod or pod controller", d.GVK.Kind, displayName(d), d.Location()))
 		}
 	}
-	return writeResults(stdout, stderr, o.output, results, skipped)
-}
-
-// writeResults writes results as text or as check's JSON contract, and
-// returns the denied exit status when anything was denied.
-func writeResults(stdout, stderr io.Writer, output string, results []checkedObject, skipped []string) error {
-	if output == "json" {
-		if results == nil {
-			results = []checkedObject{}
-		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(results); err != nil {
-			return err
-		}
-		for _, s := range skipped {
-			fmt.Fprintln(stderr, "skipped:", s)
-		}
-	} else {
-		printText(stdout, results, skipped)
+	err = o.out.write(stdout, stderr, results, skipped)
+	if len(readErrs) > 0 {
+		return &exitError{exitUsage, joinErrors(readErrs)}
 	}
-	for _, r := range results {
-		if !r.Allowed {
-			return &exitError{code: exitDenied}
-		}
-	}
-	return nil
+	return err
 }
 
 func (o *checkOptions) engine() (*policy.Engine, error) {
@@ -203,7 +194,9 @@ func (in *checkInputs) admit(ctx context.Context, e *policy.Engine, d manifest.D
 	if err != nil {
 		return checkedObject{}, err
 	}
-	return newCheckedObject(d.GVK.GroupVersion().String(), d.GVK.Kind, ns, displayName(d), d.Location(), r), nil
+	o := newCheckedObject(d.GVK.GroupVersion().String(), d.GVK.Kind, ns, displayName(d), d.Location(), r)
+	o.Line, o.doc = d.Line, &d
+	return o, nil
 }
 
 // newCheckedObject is one element of check's output contract, shared by check
@@ -229,68 +222,6 @@ func displayName(d manifest.Document) string {
 		return d.Meta.GenerateName + "*"
 	}
 	return d.Meta.Name
-}
-
-// printText writes one line per object, then its violations, warnings and patch,
-// indented, and a summary.
-func printText(w io.Writer, results []checkedObject, skipped []string) {
-	counts := map[string]int{}
-	for _, r := range results {
-		verdict := verdictOf(r)
-		counts[verdict]++
-		fmt.Fprintf(w, "%-7s %s %s/%s (%s)\n", verdict, r.Kind, r.Namespace, r.Name, r.Source)
-		if r.Exempt != "" {
-			fmt.Fprintf(w, "        exempt: %s\n", r.Exempt)
-		}
-		for _, v := range r.Violations {
-			fmt.Fprintf(w, "        %s\n", v)
-		}
-		if r.OmittedViolations > 0 {
-			fmt.Fprintf(w, "        and %d more violations %v\n", r.OmittedViolations, r.OmittedRules)
-		}
-		for _, s := range r.Warnings {
-			// check has the room for the whole message, which an
-			// admission warning may shorten.
-			if s.Path == "" {
-				fmt.Fprintf(w, "        warning: [%s]: %s\n", s.Rule, s.Message)
-				continue
-			}
-			fmt.Fprintf(w, "        warning: %s [%s]: %s\n", s.Path, s.Rule, s.Message)
-		}
-		for _, k := range sets.List(sets.KeySet(r.AuditAnnotations)) {
-			fmt.Fprintf(w, "        audit: %s=%s\n", k, r.AuditAnnotations[k])
-		}
-		for _, op := range r.Patch {
-			fmt.Fprintf(w, "        patch: %s\n", describeOp(op))
-		}
-	}
-	for _, s := range skipped {
-		fmt.Fprintf(w, "%-7s %s\n", "SKIP", s)
-	}
-	fmt.Fprintf(w, "\n%d objects: %d allowed, %d mutated, %d warned, %d denied; %d skipped\n",
-		len(results), counts["ALLOW"], counts["MUTATE"], counts["WARN"], counts["DENY"], len(skipped))
-}
-
-// verdictOf is the result's decision as check prints it; an exempt object
-// is allowed untouched.
-func verdictOf(r checkedObject) string {
-	switch r.decision {
-	case policy.DecisionDeny:
-		return "DENY"
-	case policy.DecisionWarn:
-		return "WARN"
-	case policy.DecisionMutate:
-		return "MUTATE"
-	}
-	return "ALLOW"
-}
-
-func describeOp(op jsonpatch.Operation) string {
-	if op.Value == nil {
-		return op.Operation + " " + op.Path
-	}
-	v, _ := json.Marshal(op.Value)
-	return op.Operation + " " + op.Path + " " + string(v)
 }
 
 func joinErrors(errs []error) string {

@@ -13,6 +13,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -22,12 +24,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
 // Stdin is the path that stands for standard input.
 const Stdin = "-"
+
+// StdinName is the Source of documents read from standard input.
+const StdinName = "<stdin>"
 
 // Document is one object read from an input.
 type Document struct {
@@ -36,11 +40,19 @@ type Document struct {
 	// Index is the document's 1-based position in its file; Item is its 1-based
 	// position in a kind: List, or 0.
 	Index, Item int
-	GVK         schema.GroupVersionKind
-	// Object is the decoded object, or nil for a kind gpuguard does not know.
+	// Line is the line of the file the document starts on, 1-based.
+	Line int
+	// Raw is the document as read (for a List item, the whole List).
+	Raw []byte
+	GVK schema.GroupVersionKind
+	// Object is the decoded object, or nil for a kind gpuguard does not know
+	// and for a document that is not a Kubernetes object at all.
 	Object runtime.Object
 	// Meta holds the object's name, namespace and labels, whatever its kind.
 	Meta metav1.ObjectMeta
+	// NotObject says why a document that parsed is no Kubernetes object
+	// (a kustomization without apiVersion, a CI workflow): it is skipped.
+	NotObject string
 }
 
 // Location names the document for messages: file#index or file#index.item.
@@ -54,6 +66,11 @@ func (d *Document) Location() string {
 var (
 	scheme = runtime.NewScheme()
 	codecs = serializer.NewCodecFactory(scheme)
+	// strict is the decoder of files under check: an unknown or duplicate
+	// field in a kind the API server knows is an error there too (kubectl's
+	// default field validation), so a typo such as envv: is not judged as
+	// if it were absent.
+	strict = serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
 )
 
 func init() {
@@ -78,7 +95,7 @@ func Read(paths []string, stdin io.Reader) ([]Document, []error) {
 	}
 	for _, p := range paths {
 		if p == Stdin {
-			add(readStream("<stdin>", stdin))
+			add(readStream(StdinName, stdin))
 			continue
 		}
 		files, err := expand(p)
@@ -130,68 +147,128 @@ func readFile(name string) ([]Document, error) {
 	return readStream(name, f)
 }
 
-// readStream reads the documents of one YAML or JSON stream. It stops at the first
-// document that does not parse.
+// readStream reads the documents of one YAML or JSON stream. A document
+// that does not parse is an error naming its file line; the others are read.
 func readStream(source string, r io.Reader) ([]Document, error) {
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(r))
 	var docs []Document
-	for index := 1; ; index++ {
-		raw, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return docs, nil
-		}
-		if err != nil {
-			return docs, fmt.Errorf("%s: document %d: %w", source, index, err)
-		}
-		d, err := decode(source, index, raw)
-		if err != nil {
-			return docs, err
-		}
+	var errs []error
+	err := splitDocuments(r, func(index, line int, raw []byte) {
+		d, err := decode(source, index, line, raw)
 		docs = append(docs, d...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", source, err))
+	}
+	return docs, errors.Join(errs...)
+}
+
+// splitDocuments calls each with every document of a YAML stream, its
+// 1-based index and the file line it starts on. A document ends at a line
+// "---" (possibly followed by a comment), as for the API machinery's YAML
+// reader.
+func splitDocuments(r io.Reader, each func(index, line int, raw []byte)) error {
+	br := bufio.NewReader(r)
+	var doc bytes.Buffer
+	index, start, line := 1, 1, 0
+	for {
+		text, err := br.ReadBytes('\n')
+		if len(text) > 0 {
+			line++
+			if isSeparator(text) {
+				each(index, start, bytes.Clone(doc.Bytes()))
+				doc.Reset()
+				index, start = index+1, line+1
+			} else {
+				doc.Write(text)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			each(index, start, bytes.Clone(doc.Bytes()))
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 	}
 }
 
-// decode decodes one document, expanding a List into its items.
-func decode(source string, index int, raw []byte) ([]Document, error) {
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("%s: document %d: %s", source, index, fmt.Sprintf(format, args...))
+func isSeparator(line []byte) bool {
+	rest, ok := bytes.CutPrefix(line, []byte("---"))
+	if !ok {
+		return false
 	}
-	data, err := sigsyaml.YAMLToJSON(raw)
-	if err != nil {
-		return nil, fail("%v", err)
+	rest = bytes.TrimSpace(rest)
+	return len(rest) == 0 || rest[0] == '#'
+}
+
+// yamlLine is the line number in a YAML error, which counts from the
+// document's start.
+var yamlLine = regexp.MustCompile(`\bline (\d+)\b`)
+
+// atFileLine rewrites the document-relative line numbers of a YAML error
+// into lines of the file.
+func atFileLine(err error, start int) string {
+	return yamlLine.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		n, _ := strconv.Atoi(yamlLine.FindStringSubmatch(m)[1])
+		return "line " + strconv.Itoa(start+n-1)
+	})
+}
+
+// decode decodes one document, expanding a List into its items. An empty
+// document is nothing; one that is not a Kubernetes object is returned with
+// NotObject set.
+func decode(source string, index, line int, raw []byte) ([]Document, error) {
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("%s:%d: document %d: %s", source, line, index, fmt.Sprintf(format, args...))
+	}
+	// Duplicate keys are an error in a Kubernetes object, as for the API
+	// server, but not a reason to stop at a document that is none.
+	data, dupErr := sigsyaml.YAMLToJSONStrict(raw)
+	if dupErr != nil {
+		var err error
+		if data, err = sigsyaml.YAMLToJSON(raw); err != nil {
+			return nil, fail("%s", atFileLine(err, line))
+		}
 	}
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 || bytes.Equal(data, []byte("null")) {
 		return nil, nil // an empty document, such as a trailing ---
 	}
+	at := Document{Source: source, Index: index, Line: line, Raw: raw}
 	var head struct {
 		metav1.TypeMeta `json:",inline"`
 		Items           []json.RawMessage `json:"items"`
 	}
-	if err := json.Unmarshal(data, &head); err != nil {
-		return nil, fail("not a Kubernetes object: %v", err)
+	if err := json.Unmarshal(data, &head); err != nil || head.APIVersion == "" || head.Kind == "" {
+		at.NotObject = "not a Kubernetes object (no apiVersion and kind)"
+		return []Document{at}, nil
 	}
-	if head.APIVersion == "" || head.Kind == "" {
-		return nil, fail("not a Kubernetes object: apiVersion and kind are required")
+	if dupErr != nil {
+		return nil, fail("%s", atFileLine(dupErr, line))
 	}
 	if head.Kind != "List" && !strings.HasSuffix(head.Kind, "List") {
-		d, err := decodeObject(data)
+		d, err := decodeObject(data, strict)
 		if err != nil {
 			return nil, fail("%v", err)
 		}
-		d.Source, d.Index = source, index
+		d.Source, d.Index, d.Line, d.Raw = source, index, line, raw
 		return []Document{d}, nil
 	}
 	docs := make([]Document, 0, len(head.Items))
+	var errs []error
 	for i, item := range head.Items {
-		d, err := decodeObject(item)
+		d, err := decodeObject(item, strict)
 		if err != nil {
-			return nil, fail("item %d: %v", i+1, err)
+			errs = append(errs, fail("item %d: %v", i+1, err))
+			continue
 		}
-		d.Source, d.Index, d.Item = source, index, i+1
+		d.Source, d.Index, d.Item, d.Line, d.Raw = source, index, i+1, line, raw
 		docs = append(docs, d)
 	}
-	return docs, nil
+	return docs, errors.Join(errs...)
 }
 
 // DecodeObject decodes one JSON or YAML object of a kind gpuguard knows (core, apps
@@ -201,7 +278,7 @@ func DecodeObject(data []byte) (runtime.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := decodeObject(data)
+	d, err := decodeObject(data, codecs.UniversalDeserializer())
 	if err == nil && d.Object == nil {
 		err = fmt.Errorf("kind %s is not one gpuguard knows", d.GVK)
 	}
@@ -219,7 +296,7 @@ func DecodeAs(gvk schema.GroupVersionKind, data []byte) (runtime.Object, error) 
 }
 
 // decodeObject decodes a JSON object into its typed form where the kind is known.
-func decodeObject(data []byte) (Document, error) {
+func decodeObject(data []byte, decoder runtime.Decoder) (Document, error) {
 	var partial metav1.PartialObjectMetadata
 	if err := json.Unmarshal(data, &partial); err != nil {
 		return Document{}, fmt.Errorf("not a Kubernetes object: %v", err)
@@ -232,7 +309,7 @@ func decodeObject(data []byte) (Document, error) {
 	if !scheme.Recognizes(gvk) {
 		return d, nil
 	}
-	obj, _, err := codecs.UniversalDeserializer().Decode(data, nil, nil)
+	obj, _, err := decoder.Decode(data, nil, nil)
 	if err != nil {
 		return Document{}, fmt.Errorf("%s %q: %v", gvk.Kind, partial.Name, err)
 	}
