@@ -1115,3 +1115,24 @@ func TestOpenReportsCRDsOnlyWhereAbsent(t *testing.T) {
 		t.Errorf("reports.enabled=false still renders %d CRDs", n)
 	}
 }
+
+// TestPDBLeavesDrainsPossible: one replica gets no budget, which would block
+// every drain, and a budget that would is refused with a message.
+func TestPDBLeavesDrainsPossible(t *testing.T) {
+	c := loadChart(t)
+	r, err := render(t, c, map[string]any{"webhook": map[string]any{"replicas": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pdbs := findAll[*policyv1.PodDisruptionBudget](decodeAll(t, docs(r, false))); len(pdbs) != 0 {
+		t.Errorf("one replica: %d PodDisruptionBudgets rendered, want none", len(pdbs))
+	}
+	_, err = render(t, c, map[string]any{"webhook": map[string]any{"replicas": 2, "podDisruptionBudget": map[string]any{"minAvailable": 2}}})
+	if err == nil || !strings.Contains(err.Error(), "would block every node drain") {
+		t.Errorf("minAvailable 2 of 2 replicas: %v", err)
+	}
+	r, err = render(t, c, map[string]any{"webhook": map[string]any{"replicas": 3, "podDisruptionBudget": map[string]any{"minAvailable": "50%"}}})
+	if err != nil || len(findAll[*policyv1.PodDisruptionBudget](decodeAll(t, docs(r, false)))) != 1 {
+		t.Errorf("a percentage budget with 3 replicas: %v", err)
+	}
+}
