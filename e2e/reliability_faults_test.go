@@ -144,29 +144,79 @@ func testCrashFailOpen(t *testing.T) {
 	l.check(t)
 }
 
-// testNoPolicyFailOpen starts the webhook while its ConfigMap holds no valid
-// policy, with every webhook failing open and the CEL backstop installed: the
-// webhook never opens its port (no verdict of its own), so the API server
-// ignores it and the backstop's rules apply: a plain pod is stored with void,
-// a leaking one is denied.
-func testNoPolicyFailOpen(t *testing.T) {
+// testNoPolicyAtStart starts the webhook while its ConfigMap holds no valid
+// policy, with every webhook failing open and the CEL backstop installed. A
+// webhook without a policy would leave pods to the failure policy: instead
+// it stands in the built-in default policy, says so with a PolicyFallback
+// Event and gpuguard_policy_fallback, and is ready: a plain pod is stored
+// with void, a leaking one is denied by the webhook itself. With
+// --policy-fallback=false it keeps its port closed and the backstop alone
+// decides.
+func testNoPolicyAtStart(t *testing.T) {
 	ctx := context.Background()
 	installFailOpen(t)
 	defer s.restoreWebhooks(t)
+	restartWithInvalidPolicy(t)
+	defer restoreValidPolicy(t)
+	if err := s.Webhook.WaitReady(ctx, time.Minute); err != nil {
+		t.Fatalf("the webhook did not become ready on the fallback policy: %v", err)
+	}
+	waitEventCount(t, "PolicyFallback", 1)
+	if m, err := s.Webhook.Metrics(ctx); err != nil || m["gpuguard_policy_fallback"] != 1 {
+		t.Errorf("gpuguard_policy_fallback = %v (%v), want 1", m["gpuguard_policy_fallback"], err)
+	}
+	before, err := s.Webhook.Decisions(ctx, `decision="deny"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLoad(t, "fallback")
+	l.run(ctx, 4, 15, nil)
+	a, d, f := l.counts()
+	after, err := s.Webhook.Decisions(ctx, `decision="deny"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("reliability: no valid policy at start, on the fallback policy: %d admitted with void, %d denied (%v by the webhook), %d client errors", a, d, after-before, f)
+	if f != 0 || a == 0 || d == 0 || after-before < float64(d) {
+		t.Errorf("%d admitted, %d denied (%v by the webhook), %d client errors; want the webhook to admit and deny, and no error: %v", a, d, after-before, f, l.failed)
+	}
+	l.check(t)
+	t.Run("without fallback the backstop decides", testNoPolicyNoFallback)
+}
+
+// testNoPolicyNoFallback: with --policy-fallback=false the webhook never
+// opens its port without a policy, so the API server ignores it and the
+// backstop's rules apply.
+func testNoPolicyNoFallback(t *testing.T) {
+	ctx := context.Background()
+	s.Webhook.Extra = append(s.Webhook.Extra, "--policy-fallback=false")
+	defer func() { s.Webhook.Extra = s.Webhook.Extra[:len(s.Webhook.Extra)-1] }()
+	restartWithInvalidPolicy(t)
+	if conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", s.Webhook.Port)); err == nil {
+		conn.Close()
+		t.Error("the webhook opened its port without a policy")
+	}
+	l := newLoad(t, "no-policy")
+	l.run(ctx, 4, 15, nil)
+	a, d, f := l.counts()
+	t.Logf("reliability: no valid policy at start, no fallback, failurePolicy Ignore with the CEL backstop: %d admitted with void, %d denied by the backstop, %d client errors", a, d, f)
+	if f != 0 || a == 0 || d == 0 {
+		t.Errorf("%d admitted, %d denied, %d client errors; want the backstop to admit and deny, and no error: %v", a, d, f, l.failed)
+	}
+	l.check(t)
+}
+
+// restartWithInvalidPolicy kills the webhook, writes an invalid policy and
+// starts it again, waiting until it has read the policy.
+func restartWithInvalidPolicy(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
 	if err := s.Webhook.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.writePolicy(ctx, suitePolicy+"  mode: loud\n"); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		if err := s.writePolicy(ctx, suitePolicy); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Webhook.WaitReady(ctx, 2*time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	}()
 	logged := len(readFile(t, s.Webhook.Log))
 	if err := s.Webhook.Start(releaseNS + "/" + policyName); err != nil {
 		t.Fatal(err)
@@ -176,18 +226,19 @@ func testNoPolicyFailOpen(t *testing.T) {
 	}); err != nil {
 		t.Fatal("the restarted webhook never read the invalid policy")
 	}
-	if conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", s.Webhook.Port)); err == nil {
-		conn.Close()
-		t.Error("the webhook opened its port without a policy")
+}
+
+// restoreValidPolicy writes the suite's policy back and waits for the
+// webhook to serve it.
+func restoreValidPolicy(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.writePolicy(ctx, suitePolicy); err != nil {
+		t.Fatal(err)
 	}
-	l := newLoad(t, "no-policy")
-	l.run(ctx, 4, 15, nil)
-	a, d, f := l.counts()
-	t.Logf("reliability: no valid policy at start, failurePolicy Ignore with the CEL backstop: %d admitted with void, %d denied by the backstop, %d client errors", a, d, f)
-	if f != 0 || a == 0 || d == 0 {
-		t.Errorf("%d admitted, %d denied, %d client errors; want the backstop to admit and deny, and no error: %v", a, d, f, l.failed)
+	if err := s.Webhook.WaitReady(ctx, 2*time.Minute); err != nil {
+		t.Fatal(err)
 	}
-	l.check(t)
 }
 
 // installFailOpen makes every webhook fail open and installs the CEL

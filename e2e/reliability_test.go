@@ -205,7 +205,7 @@ func TestReliability(t *testing.T) {
 	t.Run("policy churn under load", testPolicyChurn)
 	t.Run("crash under failurePolicy Fail", testCrashFailClosed)
 	t.Run("crash under failurePolicy Ignore with the CEL backstop", testCrashFailOpen)
-	t.Run("no valid policy at start under failurePolicy Ignore with the CEL backstop", testNoPolicyFailOpen)
+	t.Run("no valid policy at start under failurePolicy Ignore with the CEL backstop", testNoPolicyAtStart)
 	t.Run("kubelet-style certificate rotation under load", testProjectedCertificateRotation)
 	t.Run("malformed and oversized reviews", testHostileReviews)
 }

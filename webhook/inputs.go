@@ -4,6 +4,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/internal/backgroundaudit"
 	"github.com/gpuguard/gpuguard/internal/backstop"
 	"github.com/gpuguard/gpuguard/internal/lookup"
@@ -28,6 +29,10 @@ func watchCluster(mgr manager.Manager, o Options, source *policysource.Source, m
 	reconciler := &policysource.Reconciler{
 		Key: o.PolicyConfigMap, Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Source: source,
 		Events: mgr.GetEventRecorder("gpuguard"), Reloads: m.PolicyReloads, MissingExemptNS: m.MissingExemptNS, Log: o.Log.WithName("policy"),
+		FallbackInForce: m.PolicyFallback,
+	}
+	if o.PolicyFallback {
+		reconciler.Fallback = config.DefaultYAML()
 	}
 	if o.CELBackstop != nil {
 		sync := &backstop.Sync{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Options: *o.CELBackstop, Owner: o.ValidatingConfig,

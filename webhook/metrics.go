@@ -18,6 +18,7 @@ type Metrics struct {
 	PolicyReloads    *prometheus.CounterVec
 	PolicyInfo       *prometheus.GaugeVec
 	MissingExemptNS  prometheus.Gauge
+	PolicyFallback   prometheus.Gauge
 	ConfigMapLookups *prometheus.CounterVec
 	BackstopSyncs    *prometheus.CounterVec
 	AuditRuns        *prometheus.CounterVec
@@ -35,7 +36,7 @@ func DefaultMetrics() *Metrics {
 	metricsOnce.Do(func() {
 		metrics = NewMetrics()
 		ctrlmetrics.Registry.MustRegister(metrics.Decisions, metrics.Evaluation, metrics.PolicyReloads,
-			metrics.PolicyInfo, metrics.MissingExemptNS, metrics.ConfigMapLookups, metrics.BackstopSyncs,
+			metrics.PolicyInfo, metrics.MissingExemptNS, metrics.PolicyFallback, metrics.ConfigMapLookups, metrics.BackstopSyncs,
 			metrics.AuditRuns, metrics.AuditObjects, metrics.Refused)
 	})
 	return metrics
@@ -64,6 +65,10 @@ func NewMetrics() *Metrics {
 		MissingExemptNS: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gpuguard_exempt_namespaces_missing",
 			Help: "Exempt namespaces of the policy that do not exist; where namespaces are self-service, a tenant could create one.",
+		}),
+		PolicyFallback: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpuguard_policy_fallback",
+			Help: "1 while the built-in default policy is in force because the policy ConfigMap has never held a valid policy.",
 		}),
 		ConfigMapLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuguard_configmap_lookups_total",

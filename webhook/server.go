@@ -57,6 +57,9 @@ type Options struct {
 	// BuiltinPolicy. When empty, the policy comes from PolicyConfigMap.
 	PolicyFile      string
 	PolicyConfigMap types.NamespacedName
+	// PolicyFallback puts the built-in default policy in force while the
+	// ConfigMap has never held a valid one (see policysource.Reconciler).
+	PolicyFallback bool
 
 	MetricsAddr, ProbeAddr string
 	// ConfigMapCacheTTL is how long a ConfigMap read for envFrom inspection is reused.

@@ -42,7 +42,8 @@ func newWebhookCommand() *cobra.Command {
 
 The policy comes from a ConfigMap (--policy-configmap NAMESPACE/NAME, key
 policy.yaml), watched and applied within seconds of an edit; an edit that does not
-parse keeps the last good policy. --policy-file FILE runs without any API server,
+parse keeps the last good policy, and until the ConfigMap has held a valid one the
+built-in default policy stands in (--policy-fallback). --policy-file FILE runs without any API server,
 and --policy-file alone uses the built-in default policy.
 
 Certificates come from --cert-dir (reloaded when the files change), or are managed
@@ -78,6 +79,7 @@ mounted Secret.`,
 	fl.StringVar(&o.PolicyFile, "policy-file", "", "run standalone with this policy file; alone, the built-in policy")
 	fl.Lookup("policy-file").NoOptDefVal = webhook.BuiltinPolicy
 	fl.StringVar(&f.policyConfigMap, "policy-configmap", "gpuguard/gpuguard-policy", "NAMESPACE/NAME of the policy ConfigMap")
+	fl.BoolVar(&o.PolicyFallback, "policy-fallback", true, "while the policy ConfigMap has never held a valid policy, enforce the built-in default policy and stay ready (a Warning Event PolicyFallback and gpuguard_policy_fallback say so); false: stay unready, so the failure policy applies")
 	fl.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 to disable)")
 	fl.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fl.DurationVar(&o.ConfigMapCacheTTL, "configmap-cache-ttl", 10*time.Second, "how long a ConfigMap read for envFrom inspection is reused")

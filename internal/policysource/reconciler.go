@@ -2,6 +2,7 @@ package policysource
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -24,12 +25,14 @@ const (
 	ReasonPolicyLoaded   = "PolicyLoaded"
 	ReasonPolicyInvalid  = "PolicyInvalid"
 	ReasonPolicyMissing  = "PolicyMissing"
+	ReasonPolicyFallback = "PolicyFallback"
 	ReasonBackstopFailed = "BackstopFailed"
 )
 
 // Reconciler puts the policy ConfigMap in force whenever it changes. An edit
 // that does not parse or validate, and a deleted ConfigMap, change nothing: the last
-// good policy stays, and an Event on the ConfigMap says why.
+// good policy stays, and an Event on the ConfigMap says why. Before any policy
+// was loaded, the Fallback stands in.
 type Reconciler struct {
 	Key       types.NamespacedName
 	Reader    client.Reader // the manager's cache, restricted to this ConfigMap
@@ -44,12 +47,21 @@ type Reconciler struct {
 	// Apply, when set, is called after every load that changes the policy,
 	// and retried with backoff until it succeeds (the CEL backstop).
 	Apply func(ctx context.Context, p *config.Policy) error
+	// Fallback, when set, is the policy document put in force while the
+	// ConfigMap has never held a valid policy (missing, without the key, or
+	// invalid), so that a typo at install or a full restart does not leave
+	// the webhook unready and, under failurePolicy Fail, every guarded
+	// namespace without pods. FallbackInForce is 1 while it is in force.
+	Fallback        []byte
+	FallbackInForce prometheus.Gauge
 
 	// applied is the hash of the policy Apply last succeeded with.
 	applied string
 	// lastSeen is the ConfigMap as last read: a deletion's Event names it, so
 	// that each deletion is an Event of its own rather than a repeat of the last.
 	lastSeen *corev1.ConfigMap
+	// fallingBack: the policy in force is Fallback.
+	fallingBack bool
 }
 
 // Setup adds the reconciler to the manager, watching the ConfigMap.
@@ -66,28 +78,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	err := r.Reader.Get(ctx, r.Key, cm)
 	switch {
 	case apierrors.IsNotFound(err):
-		r.recordMissing(err)
-		return ctrl.Result{}, nil
+		cm = r.recordMissing(err) // Events name the ConfigMap as last seen
+		r.fallBack(cm, "the policy ConfigMap does not exist")
 	case err != nil:
 		return ctrl.Result{}, err
+	default:
+		r.lastSeen = cm
+		if problem := r.load(cm); problem != "" {
+			r.fallBack(cm, problem)
+		}
 	}
-	r.lastSeen = cm
-	data, ok := cm.Data[config.ConfigMapKey]
-	if !ok {
-		r.Reloads.WithLabelValues("error").Inc()
-		r.record(cm, corev1.EventTypeWarning, ReasonPolicyInvalid, "resourceVersion %s has no key %q; the last good policy (hash %q) stays in force",
-			cm.ResourceVersion, config.ConfigMapKey, r.Source.Hash())
+	if r.Source.Engine() == nil {
 		return ctrl.Result{}, nil
-	}
-	source := fmt.Sprintf("configmap %s key %s", r.Key, config.ConfigMapKey)
-	changed, err := r.Source.Load(source, []byte(data))
-	if err != nil {
-		r.record(cm, corev1.EventTypeWarning, ReasonPolicyInvalid, "resourceVersion %s not loaded, the last good policy (hash %q) stays in force: %s",
-			cm.ResourceVersion, r.Source.Hash(), truncate(err.Error(), 800))
-		return ctrl.Result{}, nil
-	}
-	if changed {
-		r.record(cm, corev1.EventTypeNormal, ReasonPolicyLoaded, "policy %s in force (resourceVersion %s)", r.Source.Hash(), cm.ResourceVersion)
 	}
 	if r.Apply != nil && r.applied != r.Source.Hash() {
 		if err := r.Apply(ctx, r.Source.Engine().Policy()); err != nil {
@@ -99,6 +101,53 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	r.checkExemptNamespaces(ctx)
 	return ctrl.Result{}, nil
+}
+
+// load puts the ConfigMap's policy in force; when it cannot, it records why
+// and returns it.
+func (r *Reconciler) load(cm *corev1.ConfigMap) (problem string) {
+	data, ok := cm.Data[config.ConfigMapKey]
+	if !ok {
+		r.Reloads.WithLabelValues("error").Inc()
+		r.record(cm, corev1.EventTypeWarning, ReasonPolicyInvalid, "resourceVersion %s has no key %q; the last good policy (hash %q) stays in force",
+			cm.ResourceVersion, config.ConfigMapKey, r.Source.Hash())
+		return fmt.Sprintf("resourceVersion %s has no key %q", cm.ResourceVersion, config.ConfigMapKey)
+	}
+	source := fmt.Sprintf("configmap %s key %s", r.Key, config.ConfigMapKey)
+	changed, err := r.Source.Load(source, []byte(data))
+	if err != nil {
+		r.record(cm, corev1.EventTypeWarning, ReasonPolicyInvalid, "resourceVersion %s not loaded, the last good policy (hash %q) stays in force: %s",
+			cm.ResourceVersion, r.Source.Hash(), truncate(err.Error(), 800))
+		return fmt.Sprintf("resourceVersion %s is not a valid policy", cm.ResourceVersion)
+	}
+	if r.fallingBack {
+		r.fallingBack = false
+		r.FallbackInForce.Set(0)
+		r.Log.Info("the policy ConfigMap is valid: the built-in fallback policy is no longer in force", "configMap", r.Key)
+	}
+	if changed {
+		r.record(cm, corev1.EventTypeNormal, ReasonPolicyLoaded, "policy %s in force (resourceVersion %s)", r.Source.Hash(), cm.ResourceVersion)
+	}
+	return ""
+}
+
+// fallBack puts Fallback in force when no policy has ever been: loudly, with
+// an error log line, a Warning Event on obj and the FallbackInForce gauge.
+// Once any policy is in force, a bad edit keeps it instead.
+func (r *Reconciler) fallBack(obj *corev1.ConfigMap, problem string) {
+	if r.Fallback == nil || r.Source.Engine() != nil {
+		return
+	}
+	if _, err := r.Source.Load("built-in default policy (fallback)", r.Fallback); err != nil {
+		r.Log.Error(err, "the fallback policy does not load")
+		return
+	}
+	r.fallingBack = true
+	r.FallbackInForce.Set(1)
+	r.Log.Error(errors.New(problem), "the policy ConfigMap has never held a valid policy: the built-in default policy is in force until it does",
+		"configMap", r.Key, "policyHash", r.Source.Hash())
+	r.record(obj, corev1.EventTypeWarning, ReasonPolicyFallback,
+		"%s and no policy was ever loaded from it: the built-in default policy (hash %q) is in force until it holds a valid one", problem, r.Source.Hash())
 }
 
 // checkExemptNamespaces logs and counts exempt namespaces that do not exist: where
@@ -131,7 +180,7 @@ func (r *Reconciler) checkExemptNamespaces(ctx context.Context) {
 // the ConfigMap as last seen, with its UID, so that every deletion of a
 // recreated ConfigMap is an Event of its own: the events library folds
 // identical Events on one object into a series it reports only now and then.
-func (r *Reconciler) recordMissing(err error) {
+func (r *Reconciler) recordMissing(err error) *corev1.ConfigMap {
 	r.Log.Error(err, "policy ConfigMap not found; the last good policy stays in force", "configMap", r.Key, "policyHash", r.Source.Hash())
 	gone := &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
@@ -140,13 +189,14 @@ func (r *Reconciler) recordMissing(err error) {
 	if r.lastSeen == nil {
 		r.record(gone, corev1.EventTypeWarning, ReasonPolicyMissing,
 			"policy ConfigMap not found; the last good policy (hash %q) stays in force", r.Source.Hash())
-		return
+		return gone
 	}
 	gone.UID, gone.ResourceVersion = r.lastSeen.UID, r.lastSeen.ResourceVersion
 	r.record(gone, corev1.EventTypeWarning, ReasonPolicyMissing,
 		"policy ConfigMap (uid %s, resourceVersion %s) deleted; the last good policy (hash %q) stays in force",
 		gone.UID, gone.ResourceVersion, r.Source.Hash())
 	r.lastSeen = nil
+	return gone
 }
 
 func (r *Reconciler) record(cm *corev1.ConfigMap, eventType, reason, format string, args ...any) {
