@@ -11,14 +11,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/go-logr/zapr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/gpuguard/gpuguard/agent/app"
+	"github.com/gpuguard/gpuguard/internal/logging"
 )
 
 func main() {
@@ -29,6 +27,7 @@ func main() {
 
 func command() *cobra.Command {
 	cfg := app.DefaultConfig()
+	var logOpts logging.Options
 	verbosity := 0
 	cmd := &cobra.Command{
 		Use:           "gpuguard-agent",
@@ -37,17 +36,15 @@ func command() *cobra.Command {
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			zc := zap.NewProductionConfig()
-			zc.Level = zap.NewAtomicLevelAt(zapcore.Level(-verbosity))
-			zc.DisableStacktrace = true
-			zc.EncoderConfig.TimeKey = "time"
-			zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-			zl, err := zc.Build()
+			if verbosity > 0 {
+				logOpts.Level = "debug" // the deprecated -v
+			}
+			log, err := logOpts.Build()
 			if err != nil {
+				fmt.Fprintln(os.Stderr, "gpuguard-agent:", err)
 				return err
 			}
-			defer func() { _ = zl.Sync() }()
-			log := zapr.NewLogger(zl)
+			logging.Install(log)
 
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -90,6 +87,8 @@ func command() *cobra.Command {
 		},
 	}
 	cfg.AddFlags(cmd.Flags())
-	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "log verbosity (1: per-device details)")
+	logOpts.AddFlags(cmd.Flags())
+	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "log verbosity; 1 is --log-level=debug")
+	_ = cmd.Flags().MarkDeprecated("v", "use --log-level=debug")
 	return cmd
 }

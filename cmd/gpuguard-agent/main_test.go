@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -94,6 +95,18 @@ func TestBinaryServesMockNode(t *testing.T) {
 	for _, want := range []string{`"msg":"discovered GPUs"`, `"msg":"node hardening report"`, "NODE NOT HARDENED"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("logs lack %s", want)
+		}
+	}
+	// The webhook's shape: JSON objects with an ISO 8601 "ts".
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Errorf("log line is not JSON: %q", line)
+		} else if ts, _ := m["ts"].(string); !strings.Contains(ts, "T") {
+			t.Errorf("log line without an ISO 8601 ts: %q", line)
 		}
 	}
 }

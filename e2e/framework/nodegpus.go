@@ -50,7 +50,7 @@ func MockGPUs(ctx context.Context, agent, node, scratch string) ([]mockGPU, erro
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, agent, "--backend", "mock:"+MockSystem, "--node-name", node,
-		"--device-plugin", "off", "--device-plugin-dir", scratch, "--metrics-addr", "", "-v", "1")
+		"--device-plugin", "off", "--device-plugin-dir", scratch, "--metrics-addr", "", "--log-level", "debug")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

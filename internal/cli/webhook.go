@@ -5,18 +5,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/zapr"
 	"github.com/spf13/cobra"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/internal/backgroundaudit"
 	"github.com/gpuguard/gpuguard/internal/kubeconfig"
+	"github.com/gpuguard/gpuguard/internal/logging"
 	"github.com/gpuguard/gpuguard/internal/memlimit"
 	"github.com/gpuguard/gpuguard/webhook"
 )
@@ -26,8 +22,7 @@ type webhookFlags struct {
 	policyConfigMap string
 	certSecret      string
 	kube            kubeconfig.Flags
-	logFormat       string
-	logLevel        string
+	logging         logging.Options
 	backstop        bool
 	backstopOptions cel.Options
 	audit           backgroundaudit.Options
@@ -102,17 +97,16 @@ mounted Secret.`,
 	fl.DurationVar(&o.ShutdownDelay, "shutdown-delay", 0, "after SIGTERM, keep serving this long while reporting not ready, so that the Service stops routing reviews here first")
 	fl.DurationVar(&o.APIReadTimeout, "api-read-timeout", 2*time.Second, "bound on each namespace or ConfigMap read a review needs; keep it under the webhooks' timeoutSeconds")
 	f.kube.AddFlags(fl)
-	fl.StringVar(&f.logFormat, "log-format", "json", "json or console")
-	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info or error")
+	f.logging.AddFlags(fl)
 	return cmd
 }
 
 func (f *webhookFlags) run(cmd *cobra.Command) error {
-	log, err := newLogger(f.logFormat, f.logLevel)
+	log, err := f.logging.Build()
 	if err != nil {
 		return &exitError{exitUsage, err.Error()}
 	}
-	ctrl.SetLogger(log)
+	logging.Install(log)
 	f.opts.Log = log
 	memlimit.Set(log)
 	if f.opts.PolicyFile == "" {
@@ -170,32 +164,3 @@ func restConfig(kube kubeconfig.Flags) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// newLogger makes a zap logger behind logr: JSON by default, one object per
-// line, to stderr or to outputPaths.
-func newLogger(format, level string, outputPaths ...string) (logr.Logger, error) {
-	var lvl zapcore.Level
-	if err := lvl.Set(level); err != nil {
-		return logr.Discard(), fmt.Errorf("--log-level %q: use debug, info or error", level)
-	}
-	cfg := zap.NewProductionConfig()
-	switch format {
-	case "json":
-	case "console":
-		cfg = zap.NewDevelopmentConfig()
-	default:
-		return logr.Discard(), fmt.Errorf("--log-format %q: use json or console", format)
-	}
-	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	cfg.DisableStacktrace = true
-	// Never sampled: a decision line is an audit record, one per decision,
-	// however many come in a second.
-	cfg.Sampling = nil
-	if len(outputPaths) > 0 {
-		cfg.OutputPaths = outputPaths
-	}
-	z, err := cfg.Build()
-	if err != nil {
-		return logr.Discard(), err
-	}
-	return zapr.NewLogger(z), nil
-}
