@@ -163,4 +163,3 @@ func restConfig(kube kubeconfig.Flags) (*rest.Config, error) {
 	cfg.QPS, cfg.Burst = -1, 0
 	return cfg, nil
 }
-
