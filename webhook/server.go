@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -112,6 +114,9 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 	m := DefaultMetrics()
+	if err := registerCertExpiry(o.CertDir, o.CertName); err != nil {
+		return err
+	}
 	source := NewPolicySource(m, o.Log.WithName("policy"))
 	in := reviewInputs{}
 	if o.PolicyFile != "" {
@@ -331,4 +336,14 @@ func withRequestTimeout(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// registerCertExpiry reports the serving certificate's expiry; a second
+// registration (tests run the server more than once) keeps the first.
+func registerCertExpiry(dir, name string) error {
+	err := ctrlmetrics.Registry.Register(servingcert.NewExpiryCollector(dir, name))
+	if are := (prometheus.AlreadyRegisteredError{}); err != nil && !errors.As(err, &are) {
+		return fmt.Errorf("registering the certificate expiry metric: %w", err)
+	}
+	return nil
 }
