@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -116,6 +117,11 @@ metrics:
   serviceMonitor:
     enabled: true
     labels: {release: prometheus}
+  prometheusRule:
+    enabled: true
+    labels: {release: prometheus}
+  grafanaDashboard:
+    enabled: true
 agent:
   publishNodeLabels: true
 webhook:
@@ -349,10 +355,17 @@ func decodeAll(t *testing.T, docs []string) []runtime.Object {
 				err = fmt.Errorf("unexpected kind")
 			}
 		case "monitoring.coreos.com/v1":
-			if head.Kind != "ServiceMonitor" {
-				err = fmt.Errorf("unexpected kind")
-			} else {
+			switch head.Kind {
+			case "ServiceMonitor":
 				err = yaml.UnmarshalStrict([]byte(doc), &serviceMonitor{})
+			case "PrometheusRule":
+				// The Prometheus Operator's own types: its CRD is generated from them.
+				rule := &monitoringv1.PrometheusRule{}
+				if err = yaml.UnmarshalStrict([]byte(doc), rule); err == nil {
+					objs = append(objs, rule)
+				}
+			default:
+				err = fmt.Errorf("unexpected kind")
 			}
 		default:
 			var obj runtime.Object

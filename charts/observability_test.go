@@ -1,0 +1,182 @@
+package charts
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// exportedMetrics are the metric names the binaries declare, read from their
+// sources, so that an alert or a panel on a renamed or misspelt metric fails
+// here rather than stay silent in production.
+func exportedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	declared := regexp.MustCompile(`(?:Name:\s*|NewDesc\()"(gpuguard_[a-z_]+)"`)
+	names := map[string]bool{"up": true}
+	for _, dir := range []string{"../webhook", "../agent", "../internal"} {
+		err := filepath.WalkDir(dir, func(path string, _ os.DirEntry, err error) error {
+			if err != nil || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			data, err := os.ReadFile(path)
+			for _, m := range declared.FindAllStringSubmatch(string(data), -1) {
+				names[m[1]] = true
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(names) < 20 {
+		t.Fatalf("found only %d metric names in the sources", len(names))
+	}
+	return names
+}
+
+var metricInExpr = regexp.MustCompile(`\b(gpuguard_[a-z_]+|up)\b`)
+
+// checkExpr fails for a PromQL expression on a metric the binaries do not
+// export, with unbalanced brackets, or with template text left in it.
+func checkExpr(t *testing.T, where, expr string, known map[string]bool) {
+	t.Helper()
+	for _, m := range metricInExpr.FindAllString(expr, -1) {
+		name := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_sum"), "_count")
+		if !known[name] {
+			t.Errorf("%s: metric %s is not exported by gpuguard: %s", where, m, expr)
+		}
+	}
+	for _, pair := range []string{"()", "{}", "[]"} {
+		if strings.Count(expr, pair[:1]) != strings.Count(expr, pair[1:]) {
+			t.Errorf("%s: unbalanced %s: %s", where, pair, expr)
+		}
+	}
+	if strings.Contains(expr, "{{") || strings.Contains(expr, "<no value>") {
+		t.Errorf("%s: template text left: %s", where, expr)
+	}
+}
+
+// TestPrometheusRule: the alerts decode strictly into the Prometheus
+// Operator's types, cover what operators must hear about, and query only
+// metrics gpuguard exports.
+func TestPrometheusRule(t *testing.T) {
+	c := loadChart(t)
+	rc := cases[slices.IndexFunc(cases, func(rc renderCase) bool { return rc.name == "observability" })]
+	rule := one[*monitoringv1.PrometheusRule](t, decodeAll(t, docs(renderCaseValues(t, c, rc), false)))
+	if rule.Labels["release"] != "prometheus" {
+		t.Errorf("labels %v lack the values' release label", rule.Labels)
+	}
+	known := exportedMetrics(t)
+	var alerts []string
+	for _, g := range rule.Spec.Groups {
+		for _, r := range g.Rules {
+			alerts = append(alerts, r.Alert)
+			checkExpr(t, r.Alert, r.Expr.String(), known)
+			if r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
+				t.Errorf("%s: no severity or summary", r.Alert)
+			}
+		}
+	}
+	for _, want := range []string{"GPUGuardWebhookDown", "GPUGuardAdmissionErrors", "GPUGuardPolicyInvalid", "GPUGuardPolicyFallback",
+		"GPUGuardDenialsSpike", "GPUGuardCertificateExpiring", "GPUGuardAgentNotServing", "GPUGuardNodeNotHardened", "GPUGuardUnallocatedGPUAccess"} {
+		if !slices.Contains(alerts, want) {
+			t.Errorf("no alert %s among %v", want, alerts)
+		}
+	}
+	// Off by default: the CRD may not exist.
+	if n := len(findAll[*monitoringv1.PrometheusRule](decodeAll(t, docs(renderCaseValues(t, c, cases[0]), false)))); n != 0 {
+		t.Errorf("the default rendering has %d PrometheusRules", n)
+	}
+}
+
+// TestGrafanaDashboard: the dashboard decodes strictly into Grafana's
+// dashboard schema (the Grafana Foundation SDK's types) and its panels query
+// only metrics gpuguard exports.
+func TestGrafanaDashboard(t *testing.T) {
+	c := loadChart(t)
+	rc := cases[slices.IndexFunc(cases, func(rc renderCase) bool { return rc.name == "observability" })]
+	var cm *corev1.ConfigMap
+	for _, m := range findAll[*corev1.ConfigMap](decodeAll(t, docs(renderCaseValues(t, c, rc), false))) {
+		if strings.HasSuffix(m.Name, "-dashboard") {
+			cm = m
+		}
+	}
+	if cm == nil || cm.Labels["grafana_dashboard"] != "1" {
+		t.Fatalf("no dashboard ConfigMap with the sidecar's label: %+v", cm)
+	}
+	var d dashboard.Dashboard
+	if err := d.UnmarshalJSONStrict([]byte(cm.Data["gpuguard.json"])); failed(err) {
+		t.Fatalf("the dashboard does not match Grafana's schema: %v", describeBuildErrors(err))
+	}
+	// The SDK's strict decoding of a panel list drops the panels (its
+	// per-panel result is an empty error list it takes for a failure), so
+	// each panel is decoded strictly on its own.
+	var raw struct{ Panels []json.RawMessage }
+	if err := json.Unmarshal([]byte(cm.Data["gpuguard.json"]), &raw); err != nil {
+		t.Fatal(err)
+	}
+	if d.Title == nil || *d.Title != "gpuguard" || len(raw.Panels) < 10 {
+		t.Fatalf("dashboard %v with %d panels", d.Title, len(raw.Panels))
+	}
+	known := exportedMetrics(t)
+	for i, rp := range raw.Panels {
+		var panel dashboard.Panel
+		if err := panel.UnmarshalJSONStrict(rp); failed(err) {
+			t.Errorf("panel %d does not match Grafana's schema: %s", i, describeBuildErrors(err))
+			continue
+		}
+		if panel.Title == nil || len(panel.Targets) == 0 {
+			t.Errorf("panel %d has no title or no queries", i)
+			continue
+		}
+		for _, target := range panel.Targets {
+			// A query is the Prometheus data source's, or an unknown one:
+			// read its expression the same way for both.
+			data, err := json.Marshal(target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var q struct{ Expr string }
+			if err := json.Unmarshal(data, &q); err != nil {
+				t.Fatal(err)
+			}
+			if q.Expr == "" {
+				t.Errorf("%s: a query without an expression: %s", *panel.Title, data)
+			}
+			checkExpr(t, *panel.Title, q.Expr, known)
+		}
+	}
+}
+
+// failed: the SDK returns its error list as an error even when it is empty.
+func failed(err error) bool {
+	var errs cog.BuildErrors
+	if errors.As(err, &errs) {
+		return len(errs) > 0
+	}
+	return err != nil
+}
+
+// describeBuildErrors spells out the SDK's errors, whose Error() may be empty.
+func describeBuildErrors(err error) string {
+	var errs cog.BuildErrors
+	if !errors.As(err, &errs) {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range errs {
+		fmt.Fprintf(&b, "\n%s: %s", e.Path, e.Message)
+	}
+	return b.String()
+}
