@@ -122,6 +122,10 @@ metrics:
     labels: {release: prometheus}
   grafanaDashboard:
     enabled: true
+networkPolicy:
+  enabled: true
+  metricsFrom:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}
 agent:
   publishNodeLabels: true
 webhook:

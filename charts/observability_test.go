@@ -15,6 +15,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 )
 
 // exportedMetrics are the metric names the binaries declare, read from their
@@ -179,4 +180,25 @@ func describeBuildErrors(err error) string {
 		fmt.Fprintf(&b, "\n%s: %s", e.Path, e.Message)
 	}
 	return b.String()
+}
+
+// TestNetworkPolicy: the webhook still takes reviews on its port from
+// anywhere (the API server cannot be selected by labels), metrics only from
+// the peers given, and reaches the API server and DNS.
+func TestNetworkPolicy(t *testing.T) {
+	c := loadChart(t)
+	rc := cases[slices.IndexFunc(cases, func(rc renderCase) bool { return rc.name == "observability" })]
+	np := one[*networkingv1.NetworkPolicy](t, decodeAll(t, docs(renderCaseValues(t, c, rc), false)))
+	if len(np.Spec.Ingress) != 2 || len(np.Spec.Ingress[0].From) != 0 || np.Spec.Ingress[0].Ports[0].Port.IntValue() != 9443 {
+		t.Errorf("the webhook port must stay open to the API server: %+v", np.Spec.Ingress)
+	}
+	if from := np.Spec.Ingress[1].From; len(from) != 1 || from[0].NamespaceSelector == nil {
+		t.Errorf("metrics must be limited to the given peers: %+v", from)
+	}
+	if len(np.Spec.Egress) != 2 || len(np.Spec.Egress[0].Ports) != 2 {
+		t.Errorf("egress: %+v", np.Spec.Egress)
+	}
+	if n := len(findAll[*networkingv1.NetworkPolicy](decodeAll(t, docs(renderCaseValues(t, c, cases[0]), false)))); n != 0 {
+		t.Errorf("the default rendering has %d NetworkPolicies", n)
+	}
 }
