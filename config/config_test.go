@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -138,5 +139,22 @@ func TestAdvice(t *testing.T) {
 	}
 	if a := config.Advice(p); len(a) != 1 || !strings.Contains(a[0], `namespace "gpu-operator" is exempt`) {
 		t.Errorf("a whole-namespace exemption must be reported as broad, got %v", a)
+	}
+}
+
+// TestSpecJSONSchemaCoversEveryField: the schema has every field of the spec,
+// refuses unknown ones at every level, and knows each enumeration.
+func TestSpecJSONSchemaCoversEveryField(t *testing.T) {
+	s := config.SpecJSONSchema()
+	props := s["properties"].(map[string]any)
+	if len(props) != reflect.TypeFor[config.PolicySpec]().NumField() || s["additionalProperties"] != false {
+		t.Fatalf("spec schema has %d properties for %d fields", len(props), reflect.TypeFor[config.PolicySpec]().NumField())
+	}
+	if mode := props["mode"].(map[string]any); !reflect.DeepEqual(mode["enum"], config.Modes) {
+		t.Errorf("mode enum %v", mode["enum"])
+	}
+	sa := props["exemptions"].(map[string]any)["properties"].(map[string]any)["serviceAccounts"].(map[string]any)["items"].(map[string]any)
+	if !reflect.DeepEqual(sa["required"], []string{"namespace", "name"}) || sa["additionalProperties"] != false {
+		t.Errorf("service account entries: %v", sa)
 	}
 }

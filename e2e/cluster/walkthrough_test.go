@@ -42,6 +42,7 @@ var walkthrough = []step{
 	{block: "see-it-work", want: []outcome{succeeds, deniedBy("device-env"),
 		outputMatches(`"name":"NVIDIA_VISIBLE_DEVICES","value":"void"`)}},
 	{block: "upgrade", want: []outcome{succeeds}, after: webhookServedFromPods},
+	{block: "typo", want: []outcome{failsWith(`additional properties 'injectVoidd' not allowed`)}, after: webhookServedFromPods},
 	{block: "uninstall", want: []outcome{succeeds}, after: nothingLeftBlocking},
 }
 
@@ -106,6 +107,20 @@ func outputMatches(pattern string) outcome {
 		}
 		if !re.MatchString(out) {
 			return fmt.Sprintf("output does not match %q", pattern)
+		}
+		return ""
+	}
+}
+
+// failsWith wants the command to fail with output matching pattern.
+func failsWith(pattern string) outcome {
+	re := regexp.MustCompile(pattern)
+	return func(out string, err error) string {
+		if err == nil {
+			return "succeeded; it should have failed"
+		}
+		if !re.MatchString(out) {
+			return fmt.Sprintf("failed, but its output does not match %q", pattern)
 		}
 		return ""
 	}
