@@ -44,15 +44,24 @@ A document that does not parse fails the run, but every other document is
 still reported. Empty input (an upstream command that failed) is an error.
 For what already runs in a cluster, use gpuguard audit.
 
+With --policy and no PATH, check only validates the policy (a document, or a
+ConfigMap manifest holding it), as the webhook would load it.
+
 Exit status: 0 when every object is allowed (a patch or a warning still counts as
 allowed), 1 when any is denied, 2 for usage errors, unreadable or unparsable
 documents, and empty input.`,
 		Example: `  gpuguard check examples/
   kubectl kustomize overlays/prod | gpuguard check -o json -
   gpuguard check -q --policy gpuguard-policy.yaml --mode warn manifests/
-  gpuguard check -o sarif manifests/ > gpuguard.sarif`,
-		Args: cobra.MinimumNArgs(1),
+  gpuguard check -o sarif manifests/ > gpuguard.sarif
+  gpuguard check --policy gpuguard-policy-configmap.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				if o.policyFile == "" {
+					return &exitError{exitUsage, "name the manifests to check (PATH, or - for standard input), or a --policy to validate"}
+				}
+				return o.validatePolicy(cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			return o.run(cmd.Context(), args, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -126,6 +135,18 @@ func (o *checkOptions) run(ctx context.Context, paths []string, stdin io.Reader,
 		return &exitError{exitUsage, joinErrors(readErrs)}
 	}
 	return err
+}
+
+// validatePolicy loads --policy as the webhook would and says whether it
+// would be put in force.
+func (o *checkOptions) validatePolicy(stdout, stderr io.Writer) error {
+	o.stderr = stderr
+	e, err := o.engine()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "policy %s is valid (mode %s)\n", o.policyFile, e.Policy().Spec.Mode)
+	return nil
 }
 
 func (o *checkOptions) engine() (*policy.Engine, error) {
