@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/gpuguard/gpuguard/config"
 )
 
@@ -134,5 +137,44 @@ func TestMistypedPolicyFailsInstall(t *testing.T) {
 	}
 	if _, err := render(t, c, parseValues(t, "policy:\n  spec: {mode: warn, injectVoid: true, gpuResources: [nvidia.com/gpu]}\n")); err != nil {
 		t.Errorf("a valid spec: %v", err)
+	}
+}
+
+// TestPolicyCheckHook: before install and upgrade, a Job runs gpuguard check
+// on exactly the policy the release writes into its ConfigMap.
+func TestPolicyCheckHook(t *testing.T) {
+	c := loadChart(t)
+	objs := decodeAll(t, docs(renderCaseValues(t, c, cases[0]), true))
+	var policyCM, hookCM *corev1.ConfigMap
+	for _, cm := range findAll[*corev1.ConfigMap](objs) {
+		switch {
+		case strings.HasSuffix(cm.Name, "-policy-check"):
+			hookCM = cm
+		case strings.HasSuffix(cm.Name, "-policy"):
+			policyCM = cm
+		}
+	}
+	if policyCM == nil || hookCM == nil || hookCM.Data["policy.yaml"] != policyCM.Data["policy.yaml"] {
+		t.Fatalf("the hook must check the release's own policy document")
+	}
+	job := one[*batchv1.Job](t, objs)
+	if hooks := job.Annotations["helm.sh/hook"]; hooks != "pre-install,pre-upgrade" {
+		t.Errorf("hook %q", hooks)
+	}
+	if args := job.Spec.Template.Spec.Containers[0].Args; strings.Join(args, " ") != "check --policy /policy/policy.yaml" {
+		t.Errorf("args %v", args)
+	}
+	if job.Spec.BackoffLimit == nil || *job.Spec.BackoffLimit != 0 {
+		t.Error("a failed check must not be retried")
+	}
+	if _, err := config.Load("hook", []byte(hookCM.Data["policy.yaml"])); err != nil {
+		t.Errorf("the default policy does not load: %v", err)
+	}
+	off, err := render(t, c, parseValues(t, "policy:\n  checkHook: {enabled: false}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(findAll[*batchv1.Job](decodeAll(t, docs(off, true)))); n != 0 {
+		t.Errorf("%d Jobs with the hook off", n)
 	}
 }
