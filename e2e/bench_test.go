@@ -4,55 +4,56 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
-	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/gpuguard/gpuguard/e2e/framework"
 )
 
-// BenchmarkPodCreate measures what gpuguard adds to a pod create through the real
-// API server, timed at the client (the API server's own webhook latency histogram
-// starts at 5 ms, too coarse for this). The arms alternate batch by batch in the
-// same run: no policy; the two webhook configurations pointed at a webhook that
-// allows everything without looking (the price of any webhook); gpuguard's
-// webhook; the CEL backstop alone; and both.
+// BenchmarkPodCreate measures what admission adds to a pod create through the
+// real API server, timed at the client (the API server's own webhook latency
+// histogram starts at 5 ms, too coarse for this). The arms alternate batch by
+// batch in the same run, so that a noisy machine weighs on all alike:
+//
+//   - without: no admission policy at all, the reference;
+//   - min-vap, min-map, min-map+min-vap: a minimal ValidatingAdmissionPolicy
+//     (one short expression) and MutatingAdmissionPolicy (one short JSON
+//     Patch), the in-process floors;
+//   - noop-webhook: both webhook configurations at a webhook that decodes and
+//     allows (the price of any webhook); patch-webhook: the mutating one at a
+//     webhook that returns gpuguard's void patch without evaluating (the
+//     floor of a webhook that injects);
+//   - cel-vap, cel-map, cel: gpuguard's rendered policies, alone and together;
+//   - webhook: gpuguard's webhooks; inject-webhook+cel-vap: gpuguard's
+//     mutating webhook beside its VAP;
+//   - default: what helm install gives, webhooks and the CEL backstop;
+//   - hardened: the VAP of a policy without injection, for clusters whose
+//     nodes refuse environment device requests.
+//
+// Each arm's p50 and p99 are reported, and its p50 as a ratio to without's
+// (p50-ratio-ARM). BenchmarkPodCreateConcurrent measures throughput.
 func BenchmarkPodCreate(b *testing.B) {
 	const rounds, perBatch = 5, 50
 	ctx := context.Background()
-	noop := startNoopWebhook(b)
-	arms := []arm{{"without", 0, false}, {"noop-webhook", noop.port, false}, {"webhook", s.Webhook.Port, false},
-		{"cel", 0, true}, {"webhook+cel", s.Webhook.Port, true}}
+	bench := newBenchBackends(b)
+	arms := benchArms()
 	latencies := map[string][]time.Duration{}
-	defer func() {
-		if err := s.arrange(ctx, arm{port: s.Webhook.Port}, noop); err != nil {
-			b.Fatal(err)
-		}
-	}()
+	defer bench.restore(b)
 	for round := range rounds {
 		for _, a := range arms {
-			if err := s.arrange(ctx, a, noop); err != nil {
+			if err := bench.arrange(ctx, a); err != nil {
 				b.Fatalf("%s: %v", a.name, err)
 			}
 			for i := range perBatch {
-				p := plainPod(fmt.Sprintf("bench-%s-%d-%d", strings.ReplaceAll(a.name, "+", "-"), round, i))
-				p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox"}}
-				p.Spec.Containers = append(p.Spec.Containers, gpuContainer("train"))
 				start := time.Now()
-				if _, err := s.cp.Client.CoreV1().Pods(enforceNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-					b.Fatal(err)
+				if err := createBenchPod(ctx, a.name, round, i); err != nil {
+					b.Fatalf("%s: %v", a.name, err)
 				}
 				latencies[a.name] = append(latencies[a.name], time.Since(start))
 			}
@@ -72,83 +73,71 @@ func BenchmarkPodCreate(b *testing.B) {
 	}
 }
 
-// arm is one configuration of the benchmark: webhooks pointed at port (0: none)
-// and the CEL backstop on or off.
-type arm struct {
-	name     string
-	port     int
-	backstop bool
-}
-
-// arrange sets up an arm and waits until the API server acts accordingly.
-func (s *suite) arrange(ctx context.Context, a arm, noop *noopWebhook) error {
-	if err := s.Configs.Remove(ctx, s.cp.Client); err != nil {
-		return err
-	}
-	if err := s.installBackstop(ctx, a.backstop); err != nil {
-		return err
-	}
-	pods := s.cp.Client.CoreV1().Pods(enforceNS)
-	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	if a.backstop {
-		if err := s.waitBackstop(ctx); err != nil {
-			return err
+// BenchmarkPodCreateConcurrent creates pods from 16 clients at once, with no
+// policy and with the default install in alternation, and reports the
+// default install's throughput as a ratio to no policy's.
+func BenchmarkPodCreateConcurrent(b *testing.B) {
+	const rounds, clients, perClient = 3, 16, 20
+	ctx := context.Background()
+	bench := newBenchBackends(b)
+	defer bench.restore(b)
+	elapsed := map[string]time.Duration{}
+	arms := []benchArm{{name: "without"}, {name: "default", webhook: webhookGPUGuard, cel: celFull}}
+	for round := range rounds {
+		for _, a := range arms {
+			if err := bench.arrange(ctx, a); err != nil {
+				b.Fatalf("%s: %v", a.name, err)
+			}
+			d, err := createConcurrently(ctx, a.name, round, clients, perClient)
+			if err != nil {
+				b.Fatalf("%s: %v", a.name, err)
+			}
+			elapsed[a.name] += d
+			if err := s.cp.Client.CoreV1().Pods(enforceNS).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+				b.Fatal(err)
+			}
 		}
-	} else if err := framework.Poll(ctx, time.Minute, func() (bool, error) {
-		p, err := pods.Create(ctx, plainPod("probe"), dry)
-		return err == nil && len(p.Spec.Containers[0].Env) == 0, nil
-	}); err != nil {
-		return err
 	}
-	if a.port == 0 {
-		return nil
+	pods := float64(rounds * clients * perClient)
+	for _, a := range arms {
+		b.ReportMetric(pods/elapsed[a.name].Seconds(), "pods/s-"+a.name)
 	}
-	s.Configs.PointAt(a.port, s.CA.PEM)
-	if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
-		return err
-	}
-	if a.port == s.Webhook.Port {
-		return s.waitEnforcing(ctx)
-	}
-	seen := noop.calls.Load()
-	return framework.Poll(ctx, time.Minute, func() (bool, error) {
-		_, _ = pods.Create(ctx, plainPod("probe"), dry)
-		return noop.calls.Load() > seen, nil
-	})
+	b.ReportMetric(elapsed["without"].Seconds()/elapsed["default"].Seconds(), "throughput-ratio-default")
 }
 
-// noopWebhook allows every review after decoding it, and counts them.
-type noopWebhook struct {
-	port  int
-	calls atomic.Int64
+// createBenchPod creates the benchmark's pod: an init container, a plain
+// container and a GPU container, so that every arm has work of each kind.
+func createBenchPod(ctx context.Context, arm string, round, i int) error {
+	p := plainPod(fmt.Sprintf("bench-%s-%d-%d", strings.NewReplacer("+", "-", ".", "-").Replace(arm), round, i))
+	p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox"}}
+	p.Spec.Containers = append(p.Spec.Containers, gpuContainer("train"))
+	_, err := s.cp.Client.CoreV1().Pods(enforceNS).Create(ctx, p, metav1.CreateOptions{})
+	return err
 }
 
-// startNoopWebhook serves a no-op webhook with the suite's certificate.
-func startNoopWebhook(b *testing.B) *noopWebhook {
-	n := &noopWebhook{}
-	cert, err := tls.LoadX509KeyPair(filepath.Join(s.CertDir, "tls.crt"), filepath.Join(s.CertDir, "tls.key"))
-	if err != nil {
-		b.Fatal(err)
+// createConcurrently creates clients × perClient pods from clients
+// goroutines and returns how long it took.
+func createConcurrently(ctx context.Context, arm string, round, clients, perClient int) (time.Duration, error) {
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	start := time.Now()
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perClient {
+				if err := createBenchPod(ctx, arm+"-c", round, c*perClient+i); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		}()
 	}
-	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
-	if err != nil {
-		b.Fatal(err)
+	wg.Wait()
+	if err, ok := failed.Load().(error); ok {
+		return 0, err
 	}
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n.calls.Add(1)
-		var review admissionv1.AdmissionReview
-		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
-			http.Error(w, "bad review", http.StatusBadRequest)
-			return
-		}
-		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
-		review.Request = nil
-		_ = json.NewEncoder(w).Encode(&review)
-	})}
-	go func() { _ = srv.Serve(l) }()
-	b.Cleanup(func() { _ = srv.Close() })
-	n.port = l.Addr().(*net.TCPAddr).Port
-	return n
+	return time.Since(start), nil
 }
 
 func percentiles(d []time.Duration) (p50, p99 time.Duration) {

@@ -64,6 +64,9 @@ type Options struct {
 	PolicyFallback bool
 
 	MetricsAddr, ProbeAddr string
+	// PprofAddr serves Go's profiles (net/http/pprof), to profile the webhook
+	// under the API server's load; empty: off.
+	PprofAddr string
 	// ConfigMapCacheTTL is how long a ConfigMap read for envFrom inspection is reused.
 	ConfigMapCacheTTL time.Duration
 
@@ -188,6 +191,7 @@ func newManager(o Options) (manager.Manager, error) {
 		Logger:                 o.Log,
 		Metrics:                metricsserver.Options{BindAddress: orOff(o.MetricsAddr)},
 		HealthProbeBindAddress: orOff(o.ProbeAddr),
+		PprofBindAddress:       orOff(o.PprofAddr),
 	}
 	if o.PolicyFile != "" {
 		return ctrl.NewManager(standaloneConfig, opts)

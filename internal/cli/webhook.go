@@ -77,6 +77,7 @@ mounted Secret.`,
 	fl.BoolVar(&o.PolicyFallback, "policy-fallback", true, "while the policy ConfigMap has never held a valid policy, enforce the built-in default policy and stay ready (a Warning Event PolicyFallback and gpuguard_policy_fallback say so); false: stay unready, so the failure policy applies")
 	fl.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 to disable)")
 	fl.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fl.StringVar(&o.PprofAddr, "pprof-bind-address", "", "address of Go's profiles (/debug/pprof/), for profiling under load; empty: off")
 	fl.DurationVar(&o.ConfigMapCacheTTL, "configmap-cache-ttl", 10*time.Second, "how long a ConfigMap read for envFrom inspection is reused")
 	fl.StringVar(&f.certSecret, "cert-secret", "", "NAMESPACE/NAME: manage certificates in this Secret (cert-controller)")
 	fl.StringVar(&o.ServiceName, "service-name", "gpuguard-webhook", "the webhook Service, for the certificate's DNS name")

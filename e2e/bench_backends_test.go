@@ -1,0 +1,338 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuguard/gpuguard/cel"
+	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/e2e/framework"
+)
+
+// webhookKind is what the webhook configurations point at in an arm.
+type webhookKind int
+
+const (
+	webhookNone webhookKind = iota
+	webhookNoop
+	webhookPatch
+	webhookGPUGuard
+	webhookGPUGuardMutating
+)
+
+// celKind is which admission policies an arm installs.
+type celKind int
+
+const (
+	celNone celKind = iota
+	celMinVAP
+	celMinMAP
+	celMinBoth
+	celVAP
+	celMAP
+	celFull
+	celHardened
+)
+
+// benchArm is one configuration of the pod-create benchmark.
+type benchArm struct {
+	name    string
+	webhook webhookKind
+	cel     celKind
+}
+
+func benchArms() []benchArm {
+	return []benchArm{
+		{name: "without"},
+		{name: "min-vap", cel: celMinVAP},
+		{name: "min-map", cel: celMinMAP},
+		{name: "min-map+min-vap", cel: celMinBoth},
+		{name: "noop-webhook", webhook: webhookNoop},
+		{name: "patch-webhook", webhook: webhookPatch},
+		{name: "cel-vap", cel: celVAP},
+		{name: "cel-map", cel: celMAP},
+		{name: "cel", cel: celFull},
+		{name: "webhook", webhook: webhookGPUGuard},
+		{name: "inject-webhook+cel-vap", webhook: webhookGPUGuardMutating, cel: celVAP},
+		{name: "default", webhook: webhookGPUGuard, cel: celFull},
+		{name: "hardened", cel: celHardened},
+	}
+}
+
+// benchBackends are the reference webhooks and the admission policies the
+// arms use.
+type benchBackends struct {
+	noop, patch *referenceWebhook
+	full        *cel.Policies // gpuguard's backstop, as the chart installs it
+	minimal     *cel.Policies // one short validation and one short patch
+	hardened    *cel.Policies // gpuguard's, from a policy without injection
+}
+
+func newBenchBackends(b *testing.B) *benchBackends {
+	opts := cel.Options{ExcludedNamespaces: []string{releaseNS, excludedNS, selfManagedNS, chartNamespace}}
+	full, err := cel.Render(config.Default(), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	noInjection := config.Default()
+	noInjection.Spec.InjectVoid = false
+	hardened, err := cel.Render(noInjection, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &benchBackends{noop: startReferenceWebhook(b, false), patch: startReferenceWebhook(b, true),
+		full: full, hardened: hardened, minimal: minimalPolicies(full)}
+}
+
+// minimalPolicies are the smallest policies of gpuguard's shape: its match
+// rules and bindings, one validation and one JSON Patch, no variables.
+func minimalPolicies(full *cel.Policies) *cel.Policies {
+	m := &cel.Policies{Validating: full.Validating.DeepCopy(), ValidatingBinding: full.ValidatingBinding.DeepCopy(),
+		Mutating: full.Mutating.DeepCopy(), MutatingBinding: full.MutatingBinding.DeepCopy()}
+	const name = "bench-minimal"
+	m.Validating.Name, m.ValidatingBinding.Name, m.ValidatingBinding.Spec.PolicyName = name, name, name
+	m.Mutating.Name, m.MutatingBinding.Name, m.MutatingBinding.Spec.PolicyName = name, name, name
+	m.Validating.Spec.Variables, m.Validating.Spec.MatchConditions = nil, nil
+	m.Validating.Spec.Validations = []admissionregistrationv1.Validation{{
+		Expression: "object.spec.containers.all(c, !has(c.env) || c.env.all(e, e.name != 'NVIDIA_VISIBLE_DEVICES' || e.value == 'void'))",
+		Message:    "minimal policy",
+	}}
+	m.Mutating.Spec.Variables, m.Mutating.Spec.MatchConditions = nil, nil
+	m.Mutating.Spec.Mutations = []admissionregistrationv1.Mutation{{
+		PatchType: admissionregistrationv1.PatchTypeJSONPatch,
+		JSONPatch: &admissionregistrationv1.JSONPatch{Expression: `[JSONPatch{op: "add", path: "/spec/containers/0/env", ` +
+			`value: [Object.spec.containers.env{name: "NVIDIA_VISIBLE_DEVICES", value: "void"}]}]`},
+	}}
+	return m
+}
+
+// arrange removes every policy and webhook configuration, installs the
+// arm's, and waits until the API server acts on them.
+func (bb *benchBackends) arrange(ctx context.Context, a benchArm) error {
+	if err := s.Configs.Remove(ctx, s.cp.Client); err != nil {
+		return err
+	}
+	for _, p := range []*cel.Policies{bb.full, bb.minimal} {
+		if err := removePolicies(ctx, p); err != nil {
+			return err
+		}
+	}
+	validating, mutating := bb.policiesOf(a.cel)
+	if err := installPolicies(ctx, validating, mutating); err != nil {
+		return err
+	}
+	if err := waitPolicies(ctx, validating != nil, mutating != nil); err != nil {
+		return fmt.Errorf("the API server does not act on the arm's policies: %w", err)
+	}
+	return bb.installWebhooks(ctx, a.webhook)
+}
+
+// policiesOf picks the policies of a kind: validating, mutating, or nil.
+func (bb *benchBackends) policiesOf(k celKind) (validating, mutating *cel.Policies) {
+	switch k {
+	case celMinVAP:
+		return bb.minimal, nil
+	case celMinMAP:
+		return nil, bb.minimal
+	case celMinBoth:
+		return bb.minimal, bb.minimal
+	case celVAP:
+		return bb.full, nil
+	case celMAP:
+		return nil, bb.full
+	case celFull:
+		return bb.full, bb.full
+	case celHardened:
+		return bb.hardened, nil
+	}
+	return nil, nil
+}
+
+func (bb *benchBackends) installWebhooks(ctx context.Context, k webhookKind) error {
+	pods := s.cp.Client.CoreV1().Pods(enforceNS)
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	switch k {
+	case webhookNone:
+		return nil
+	case webhookNoop, webhookPatch:
+		ref := bb.noop
+		if k == webhookPatch {
+			ref = bb.patch
+		}
+		s.Configs.PointAt(ref.port, s.CA.PEM)
+		install := s.Configs.Install
+		if k == webhookPatch {
+			install = s.Configs.InstallMutating
+		}
+		if err := install(ctx, s.cp.Client); err != nil {
+			return err
+		}
+		seen := ref.calls.Load()
+		return framework.Poll(ctx, time.Minute, func() (bool, error) {
+			_, _ = pods.Create(ctx, plainPod("probe"), dry)
+			return ref.calls.Load() > seen, nil
+		})
+	}
+	s.Configs.PointAt(s.Webhook.Port, s.CA.PEM)
+	install := s.Configs.Install
+	if k == webhookGPUGuardMutating {
+		install = s.Configs.InstallMutating
+	}
+	if err := install(ctx, s.cp.Client); err != nil {
+		return err
+	}
+	return s.waitEnforcing(ctx)
+}
+
+// restore puts the suite back: gpuguard's webhooks, no admission policies.
+func (bb *benchBackends) restore(b *testing.B) {
+	if err := bb.arrange(context.Background(), benchArm{name: "restore", webhook: webhookGPUGuard}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func installPolicies(ctx context.Context, validating, mutating *cel.Policies) error {
+	ar := s.cp.Client.AdmissionregistrationV1()
+	if validating != nil {
+		if _, err := ar.ValidatingAdmissionPolicies().Create(ctx, validating.Validating, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("ValidatingAdmissionPolicy %s: %w", validating.Validating.Name, err)
+		}
+		if _, err := ar.ValidatingAdmissionPolicyBindings().Create(ctx, validating.ValidatingBinding, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	if mutating != nil {
+		if _, err := ar.MutatingAdmissionPolicies().Create(ctx, mutating.Mutating, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("MutatingAdmissionPolicy %s: %w", mutating.Mutating.Name, err)
+		}
+		if _, err := ar.MutatingAdmissionPolicyBindings().Create(ctx, mutating.MutatingBinding, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func removePolicies(ctx context.Context, p *cel.Policies) error {
+	ar := s.cp.Client.AdmissionregistrationV1()
+	var errs []error
+	for _, del := range []func() error{
+		func() error { return ar.ValidatingAdmissionPolicyBindings().Delete(ctx, p.ValidatingBinding.Name, metav1.DeleteOptions{}) },
+		func() error { return ar.ValidatingAdmissionPolicies().Delete(ctx, p.Validating.Name, metav1.DeleteOptions{}) },
+		func() error { return ar.MutatingAdmissionPolicyBindings().Delete(ctx, p.MutatingBinding.Name, metav1.DeleteOptions{}) },
+		func() error { return ar.MutatingAdmissionPolicies().Delete(ctx, p.Mutating.Name, metav1.DeleteOptions{}) },
+	} {
+		if err := del(); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// waitPolicies waits until a pod with a leaking second container is denied
+// exactly when a validating policy is installed, and a plain pod gets void
+// exactly when a mutating one is (the minimal patch writes the first
+// container only).
+func waitPolicies(ctx context.Context, validating, mutating bool) error {
+	pods := s.cp.Client.CoreV1().Pods(enforceNS)
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	leak := plainPod("bench-leak")
+	leak.Spec.Containers = append(leak.Spec.Containers, corev1.Container{Name: "leak", Image: "busybox", Env: []corev1.EnvVar{allGPUs}})
+	return framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
+		_, err := pods.Create(ctx, leak, dry)
+		if denied := err != nil; denied != validating {
+			return false, nil
+		}
+		p, err := pods.Create(ctx, plainPod("bench-probe"), dry)
+		if err != nil {
+			return false, nil
+		}
+		return (lastEnv(p.Spec.Containers[0], "NVIDIA_VISIBLE_DEVICES") == "void") == mutating, nil
+	})
+}
+
+// referenceWebhook decodes every review and allows it; with patch, it
+// returns gpuguard's void patch for every container without looking at the
+// policy: the least a webhook that injects can cost.
+type referenceWebhook struct {
+	port  int
+	calls atomic.Int64
+	patch bool
+}
+
+func startReferenceWebhook(b *testing.B, patch bool) *referenceWebhook {
+	n := &referenceWebhook{patch: patch}
+	cert, err := tls.LoadX509KeyPair(filepath.Join(s.CertDir, "tls.crt"), filepath.Join(s.CertDir, "tls.key"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(n.serve)}
+	go func() { _ = srv.Serve(l) }()
+	b.Cleanup(func() { _ = srv.Close() })
+	n.port = l.Addr().(*net.TCPAddr).Port
+	return n
+}
+
+func (n *referenceWebhook) serve(w http.ResponseWriter, r *http.Request) {
+	n.calls.Add(1)
+	var review admissionv1.AdmissionReview
+	if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+		http.Error(w, "bad review", http.StatusBadRequest)
+		return
+	}
+	resp := &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
+	if n.patch && review.Request.Kind.Kind == "Pod" {
+		var pod corev1.Pod
+		if err := json.Unmarshal(review.Request.Object.Raw, &pod); err == nil {
+			if ops := voidPatch(&pod); len(ops) > 2 {
+				pt := admissionv1.PatchTypeJSONPatch
+				resp.Patch, resp.PatchType = ops, &pt
+			}
+		}
+	}
+	review.Response, review.Request = resp, nil
+	_ = json.NewEncoder(w).Encode(&review)
+}
+
+// voidPatch adds NVIDIA_VISIBLE_DEVICES=void to every container without a
+// GPU limit, as gpuguard's mutation does for a plain pod.
+func voidPatch(pod *corev1.Pod) []byte {
+	var ops []string
+	void := `{"name":"NVIDIA_VISIBLE_DEVICES","value":"void"}`
+	add := func(list string, cs []corev1.Container) {
+		for i, c := range cs {
+			if _, gpu := c.Resources.Limits["nvidia.com/gpu"]; gpu {
+				continue
+			}
+			if len(c.Env) == 0 {
+				ops = append(ops, fmt.Sprintf(`{"op":"add","path":"/spec/%s/%d/env","value":[%s]}`, list, i, void))
+			} else {
+				ops = append(ops, fmt.Sprintf(`{"op":"add","path":"/spec/%s/%d/env/-","value":%s}`, list, i, void))
+			}
+		}
+	}
+	add("initContainers", pod.Spec.InitContainers)
+	add("containers", pod.Spec.Containers)
+	return []byte("[" + strings.Join(ops, ",") + "]")
+}
