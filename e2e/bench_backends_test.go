@@ -234,10 +234,18 @@ func removePolicies(ctx context.Context, p *cel.Policies) error {
 	ar := s.cp.Client.AdmissionregistrationV1()
 	var errs []error
 	for _, del := range []func() error{
-		func() error { return ar.ValidatingAdmissionPolicyBindings().Delete(ctx, p.ValidatingBinding.Name, metav1.DeleteOptions{}) },
-		func() error { return ar.ValidatingAdmissionPolicies().Delete(ctx, p.Validating.Name, metav1.DeleteOptions{}) },
-		func() error { return ar.MutatingAdmissionPolicyBindings().Delete(ctx, p.MutatingBinding.Name, metav1.DeleteOptions{}) },
-		func() error { return ar.MutatingAdmissionPolicies().Delete(ctx, p.Mutating.Name, metav1.DeleteOptions{}) },
+		func() error {
+			return ar.ValidatingAdmissionPolicyBindings().Delete(ctx, p.ValidatingBinding.Name, metav1.DeleteOptions{})
+		},
+		func() error {
+			return ar.ValidatingAdmissionPolicies().Delete(ctx, p.Validating.Name, metav1.DeleteOptions{})
+		},
+		func() error {
+			return ar.MutatingAdmissionPolicyBindings().Delete(ctx, p.MutatingBinding.Name, metav1.DeleteOptions{})
+		},
+		func() error {
+			return ar.MutatingAdmissionPolicies().Delete(ctx, p.Mutating.Name, metav1.DeleteOptions{})
+		},
 	} {
 		if err := del(); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
