@@ -57,6 +57,9 @@ type benchArm struct {
 	name    string
 	webhook webhookKind
 	cel     celKind
+	// voided pods carry void in their plain containers already: gpuguard's
+	// VAP alone denies a pod that nothing injected void into.
+	voided bool
 }
 
 func benchArms() []benchArm {
@@ -67,7 +70,7 @@ func benchArms() []benchArm {
 		{name: "min-map+min-vap", cel: celMinBoth},
 		{name: "noop-webhook", webhook: webhookNoop},
 		{name: "patch-webhook", webhook: webhookPatch},
-		{name: "cel-vap", cel: celVAP},
+		{name: "cel-vap", cel: celVAP, voided: true},
 		{name: "cel-map", cel: celMAP},
 		{name: "cel", cel: celFull},
 		{name: "webhook", webhook: webhookGPUGuard},
@@ -139,7 +142,10 @@ func (bb *benchBackends) arrange(ctx context.Context, a benchArm) error {
 	if err := installPolicies(ctx, validating, mutating); err != nil {
 		return err
 	}
-	if err := waitPolicies(ctx, validating != nil, mutating != nil); err != nil {
+	// gpuguard's injecting policy's VAP alone denies a plain pod (nothing
+	// injected its void); the minimal and hardened ones do not.
+	voidRequired := validating == bb.full && mutating == nil
+	if err := waitPolicies(ctx, validating != nil, mutating != nil, voidRequired); err != nil {
 		return fmt.Errorf("the API server does not act on the arm's policies: %w", err)
 	}
 	return bb.installWebhooks(ctx, a.webhook)
@@ -254,26 +260,39 @@ func removePolicies(ctx context.Context, p *cel.Policies) error {
 	return errors.Join(errs...)
 }
 
-// waitPolicies waits until a pod with a leaking second container is denied
-// exactly when a validating policy is installed, and a plain pod gets void
-// exactly when a mutating one is (the minimal patch writes the first
-// container only).
-func waitPolicies(ctx context.Context, validating, mutating bool) error {
+// waitPolicies waits until the API server acts on exactly the policies
+// installed: a pod with a leaking second container is denied when a
+// validating policy is there; a plain pod gets void on its first container
+// when a mutating one is, and otherwise is stored untouched or, under
+// gpuguard's own VAP with nothing to inject, denied for the missing void.
+func waitPolicies(ctx context.Context, validating, mutating, voidRequired bool) error {
 	pods := s.cp.Client.CoreV1().Pods(enforceNS)
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	leak := plainPod("bench-leak")
 	leak.Spec.Containers = append(leak.Spec.Containers, corev1.Container{Name: "leak", Image: "busybox", Env: []corev1.EnvVar{allGPUs}})
-	return framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
-		_, err := pods.Create(ctx, leak, dry)
-		if denied := err != nil; denied != validating {
-			return false, nil
-		}
+	var seen string
+	err := framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
+		_, leakErr := pods.Create(ctx, leak, dry)
 		p, err := pods.Create(ctx, plainPod("bench-probe"), dry)
-		if err != nil {
+		seen = fmt.Sprintf("leak: %v; plain: %v", leakErr, err)
+		if err == nil {
+			seen += fmt.Sprintf(" (env %v)", p.Spec.Containers[0].Env)
+		}
+		if denied := leakErr != nil; denied != validating {
 			return false, nil
 		}
-		return (lastEnv(p.Spec.Containers[0], "NVIDIA_VISIBLE_DEVICES") == "void") == mutating, nil
+		switch {
+		case mutating:
+			return err == nil && lastEnv(p.Spec.Containers[0], "NVIDIA_VISIBLE_DEVICES") == "void", nil
+		case voidRequired:
+			return err != nil && strings.Contains(err.Error(), "[final-state]"), nil
+		}
+		return err == nil && lastEnv(p.Spec.Containers[0], "NVIDIA_VISIBLE_DEVICES") != "void", nil
 	})
+	if err != nil {
+		return fmt.Errorf("%w; want validating=%v mutating=%v voidRequired=%v, last seen %s", err, validating, mutating, voidRequired, seen)
+	}
+	return nil
 }
 
 // referenceWebhook decodes every review and allows it; with patch, it

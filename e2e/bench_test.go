@@ -52,7 +52,7 @@ func BenchmarkPodCreate(b *testing.B) {
 			}
 			for i := range perBatch {
 				start := time.Now()
-				if err := createBenchPod(ctx, a.name, round, i); err != nil {
+				if err := createBenchPod(ctx, a, round, i); err != nil {
 					b.Fatalf("%s: %v", a.name, err)
 				}
 				latencies[a.name] = append(latencies[a.name], time.Since(start))
@@ -107,9 +107,14 @@ func BenchmarkPodCreateConcurrent(b *testing.B) {
 
 // createBenchPod creates the benchmark's pod: an init container, a plain
 // container and a GPU container, so that every arm has work of each kind.
-func createBenchPod(ctx context.Context, arm string, round, i int) error {
-	p := plainPod(fmt.Sprintf("bench-%s-%d-%d", strings.NewReplacer("+", "-", ".", "-").Replace(arm), round, i))
+func createBenchPod(ctx context.Context, a benchArm, round, i int) error {
+	p := plainPod(fmt.Sprintf("bench-%s-%d-%d", strings.NewReplacer("+", "-", ".", "-").Replace(a.name), round, i))
 	p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox"}}
+	if a.voided {
+		void := corev1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"}
+		p.Spec.InitContainers[0].Env = []corev1.EnvVar{void}
+		p.Spec.Containers[0].Env = []corev1.EnvVar{void}
+	}
 	p.Spec.Containers = append(p.Spec.Containers, gpuContainer("train"))
 	_, err := s.cp.Client.CoreV1().Pods(enforceNS).Create(ctx, p, metav1.CreateOptions{})
 	return err
@@ -126,7 +131,7 @@ func createConcurrently(ctx context.Context, arm string, round, clients, perClie
 		go func() {
 			defer wg.Done()
 			for i := range perClient {
-				if err := createBenchPod(ctx, arm+"-c", round, c*perClient+i); err != nil {
+				if err := createBenchPod(ctx, benchArm{name: arm + "-c"}, round, c*perClient+i); err != nil {
 					failed.Store(err)
 					return
 				}
