@@ -657,8 +657,16 @@ func TestWorkloads(t *testing.T) {
 				t.Fatal("want one agent DaemonSet")
 			}
 			as := agents[0].Spec.Template.Spec
-			if as.NodeSelector["nvidia.com/gpu.present"] != "true" {
-				t.Errorf("agent nodeSelector = %v", as.NodeSelector)
+			// GPU Feature Discovery's label or NFD's, either one.
+			if as.Affinity == nil || as.Affinity.NodeAffinity == nil || as.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+				t.Fatalf("agent has no node affinity: %+v", as.Affinity)
+			}
+			var labels []string
+			for _, term := range as.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+				labels = append(labels, term.MatchExpressions[0].Key+"="+term.MatchExpressions[0].Values[0])
+			}
+			if !slices.Equal(labels, []string{"nvidia.com/gpu.present=true", "feature.node.kubernetes.io/pci-10de.present=true"}) {
+				t.Errorf("agent runs on nodes with %v", labels)
 			}
 			a := as.Containers[0]
 			if a.SecurityContext == nil || a.SecurityContext.Privileged == nil || !*a.SecurityContext.Privileged ||

@@ -16,6 +16,8 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/gpuguard/gpuguard/internal/chartrender"
 )
 
 // exportedMetrics are the metric names the binaries declare, read from their
@@ -203,5 +205,24 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 	if n := len(findAll[*networkingv1.NetworkPolicy](decodeAll(t, docs(renderCaseValues(t, c, cases[0]), false)))); n != 0 {
 		t.Errorf("the default rendering has %d NetworkPolicies", n)
+	}
+}
+
+// TestOlderClusters: on Kubernetes 1.28 to 1.30, which the chart declares,
+// the agent's read-only host mount goes without recursiveReadOnly (beta and
+// on by default only from 1.31), which those API servers would drop or refuse.
+func TestOlderClusters(t *testing.T) {
+	c := loadChart(t)
+	for version, want := range map[string]bool{"v1.28.0": false, "v1.30.4": false, "v1.31.0": true, chartrender.KubeVersion: true} {
+		rel, err := chartrender.RenderFor(version, c, releaseName, namespace, parseValues(t, ""), clusterAPIs...)
+		if err != nil {
+			t.Fatalf("%s: %v", version, err)
+		}
+		if got := strings.Contains(rel.Raw, "recursiveReadOnly"); got != want {
+			t.Errorf("%s: recursiveReadOnly rendered = %v, want %v", version, got, want)
+		}
+	}
+	if _, err := chartrender.RenderFor("v1.27.9", c, releaseName, namespace, parseValues(t, ""), clusterAPIs...); err == nil {
+		t.Error("Kubernetes 1.27 accepted, below the chart's kubeVersion")
 	}
 }

@@ -30,11 +30,14 @@ import (
 const (
 	gpuReleaseNS = "gpuguard-system"
 	tenantNS     = "team-a"
-	gpuLabel     = "nvidia.com/gpu.present"
+	// Node Feature Discovery's label for an NVIDIA PCI device, as a cluster
+	// without the GPU Operator has: the chart's agent must find such nodes
+	// too (GPU Feature Discovery's label is checked by the chart tests).
+	gpuLabel = "feature.node.kubernetes.io/pci-10de.present"
 )
 
 // TestChartServesGPUs installs the whole chart, agent included, on a node
-// made a GPU node (labelled as GPU Feature Discovery would, with the
+// made a GPU node (labelled as Node Feature Discovery would, with the
 // NVIDIA runtime class), and runs pods the scheduler places: the agent's
 // DaemonSet serves the node's GPUs through the kubelet, a pod with one GPU
 // sees exactly the one the kubelet allocated, a CUDA-style pod without a

@@ -12,7 +12,8 @@ import (
 // and kube-proxy, and gpuguard's image in the node's containerd under the
 // references the chart installs by default, as if pulled, and the agent's
 // image beside it. The node has the node suite's fake GPUs; the chart's agent
-// DaemonSet selects nodes labelled nvidia.com/gpu.present=true, which the node
+// DaemonSet selects nodes labelled nvidia.com/gpu.present=true or
+// feature.node.kubernetes.io/pci-10de.present=true, which the node
 // is not until a test labels it, and serves them only with the mock backend
 // (no NVIDIA driver here).
 type LocalCluster struct {

@@ -51,6 +51,12 @@ func Load(dir string) (*chart.Chart, error) {
 // Render renders a release of c. apiVersions lists the optional APIs (such as
 // cert-manager.io/v1) the target cluster offers.
 func Render(c *chart.Chart, release, namespace string, values map[string]any, apiVersions ...string) (*Release, error) {
+	return RenderFor(KubeVersion, c, release, namespace, values, apiVersions...)
+}
+
+// RenderFor renders a release of c for a cluster of the given Kubernetes
+// version, as helm install does against it.
+func RenderFor(kubeVersion string, c *chart.Chart, release, namespace string, values map[string]any, apiVersions ...string) (*Release, error) {
 	cfg := &action.Configuration{
 		Releases:     storage.Init(driver.NewMemory()),
 		KubeClient:   &kubefake.PrintingKubeClient{Out: io.Discard},
@@ -60,7 +66,7 @@ func Render(c *chart.Chart, release, namespace string, values map[string]any, ap
 	install := action.NewInstall(cfg)
 	install.DryRun, install.ClientOnly, install.Replace = true, true, true
 	install.ReleaseName, install.Namespace = release, namespace
-	kv, err := chartutil.ParseKubeVersion(KubeVersion)
+	kv, err := chartutil.ParseKubeVersion(kubeVersion)
 	if err != nil {
 		return nil, err
 	}
