@@ -75,8 +75,7 @@ func checkExpr(t *testing.T, where, expr string, known map[string]bool) {
 // metrics gpuguard exports.
 func TestPrometheusRule(t *testing.T) {
 	c := loadChart(t)
-	rc := cases[slices.IndexFunc(cases, func(rc renderCase) bool { return rc.name == "observability" })]
-	rule := one[*monitoringv1.PrometheusRule](t, decodeAll(t, docs(renderCaseValues(t, c, rc), false)))
+	rule := one[*monitoringv1.PrometheusRule](t, decodeAll(t, docs(renderCaseValues(t, c, caseNamed(t, "observability")), false)))
 	if rule.Labels["release"] != "prometheus" {
 		t.Errorf("labels %v lack the values' release label", rule.Labels)
 	}
@@ -108,9 +107,8 @@ func TestPrometheusRule(t *testing.T) {
 // only metrics gpuguard exports.
 func TestGrafanaDashboard(t *testing.T) {
 	c := loadChart(t)
-	rc := cases[slices.IndexFunc(cases, func(rc renderCase) bool { return rc.name == "observability" })]
 	var cm *corev1.ConfigMap
-	for _, m := range findAll[*corev1.ConfigMap](decodeAll(t, docs(renderCaseValues(t, c, rc), false))) {
+	for _, m := range findAll[*corev1.ConfigMap](decodeAll(t, docs(renderCaseValues(t, c, caseNamed(t, "observability")), false))) {
 		if strings.HasSuffix(m.Name, "-dashboard") {
 			cm = m
 		}
@@ -192,8 +190,7 @@ func describeBuildErrors(err error) string {
 // the peers given, and reaches the API server and DNS.
 func TestNetworkPolicy(t *testing.T) {
 	c := loadChart(t)
-	rc := cases[slices.IndexFunc(cases, func(rc renderCase) bool { return rc.name == "observability" })]
-	np := one[*networkingv1.NetworkPolicy](t, decodeAll(t, docs(renderCaseValues(t, c, rc), false)))
+	np := one[*networkingv1.NetworkPolicy](t, decodeAll(t, docs(renderCaseValues(t, c, caseNamed(t, "observability")), false)))
 	if len(np.Spec.Ingress) != 2 || len(np.Spec.Ingress[0].From) != 0 || np.Spec.Ingress[0].Ports[0].Port.IntValue() != 9443 {
 		t.Errorf("the webhook port must stay open to the API server: %+v", np.Spec.Ingress)
 	}
@@ -225,4 +222,14 @@ func TestOlderClusters(t *testing.T) {
 	if _, err := chartrender.RenderFor("v1.27.9", c, releaseName, namespace, parseValues(t, ""), clusterAPIs...); err == nil {
 		t.Error("Kubernetes 1.27 accepted, below the chart's kubeVersion")
 	}
+}
+
+// caseNamed is the render case of that name.
+func caseNamed(t *testing.T, name string) renderCase {
+	t.Helper()
+	i := slices.IndexFunc(cases, func(rc renderCase) bool { return rc.name == name })
+	if i < 0 {
+		t.Fatalf("no render case %q", name)
+	}
+	return cases[i]
 }

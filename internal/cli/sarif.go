@@ -77,11 +77,16 @@ func writeSARIF(w io.Writer, results []checkedObject) error {
 		run.Tool.Driver.Rules = append(run.Tool.Driver.Rules, sarifRule{ID: string(r.ID), ShortDescription: sarifMessage{r.Summary}})
 	}
 	for _, o := range results {
+		// Each document is parsed for its field lines once, not once a finding.
+		var lineOf func(string) int
+		if o.doc != nil && o.doc.Source != manifest.StdinName && len(o.Violations)+len(o.Warnings) > 0 {
+			lineOf = o.doc.FieldLines()
+		}
 		for _, v := range o.Violations {
-			run.Results = append(run.Results, sarifResultOf(o, v.Rule, "error", v.String(), v.Path))
+			run.Results = append(run.Results, sarifResultOf(o, lineOf, v.Rule, "error", v.String(), v.Path))
 		}
 		for _, wn := range o.Warnings {
-			run.Results = append(run.Results, sarifResultOf(o, wn.Rule, "warning", wn.Path+" ["+string(wn.Rule)+"]: "+wn.Message, wn.Path))
+			run.Results = append(run.Results, sarifResultOf(o, lineOf, wn.Rule, "warning", wn.Path+" ["+string(wn.Rule)+"]: "+wn.Message, wn.Path))
 		}
 	}
 	enc := json.NewEncoder(w)
@@ -90,11 +95,13 @@ func writeSARIF(w io.Writer, results []checkedObject) error {
 	return enc.Encode(sarifLog{Schema: sarifSchema, Version: "2.1.0", Runs: []sarifRun{run}})
 }
 
-func sarifResultOf(o checkedObject, rule policy.RuleID, level, text, path string) sarifResult {
+// sarifResultOf is one finding; lineOf locates it in its file, nil for an
+// object read from standard input or from a cluster.
+func sarifResultOf(o checkedObject, lineOf func(string) int, rule policy.RuleID, level, text, path string) sarifResult {
 	r := sarifResult{RuleID: string(rule), Level: level, Message: sarifMessage{o.Kind + " " + o.Namespace + "/" + o.Name + ": " + text}}
-	if o.doc != nil && o.doc.Source != manifest.StdinName {
+	if lineOf != nil {
 		r.Locations = []sarifLocation{{Physical: sarifPhysical{
-			Artifact: sarifArtifact{URI: o.doc.Source}, Region: sarifRegion{StartLine: o.doc.FieldLine(path)}}}}
+			Artifact: sarifArtifact{URI: o.doc.Source}, Region: sarifRegion{StartLine: lineOf(path)}}}}
 	}
 	return r
 }

@@ -7,37 +7,49 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 )
 
-// FieldLine is the line of the file a field of a document's object is on,
-// for a path as gpuguard's findings give it ("spec.containers[0].env[1]",
+// FieldLines parses the document once and returns where its object's
+// fields are: the line of the file a field is on, for a path as gpuguard's
+// findings give it ("spec.containers[0].env[1]",
 // "metadata.annotations[cdi.k8s.io/gpus]"), or where the object starts when
 // the path cannot be followed. It is for annotations in reports: a best
 // effort, never an error.
-func (d *Document) FieldLine(path string) int {
-	var root yaml.Node
-	if d.Line == 0 || yaml.Unmarshal(d.Raw, &root) != nil || len(root.Content) == 0 {
-		return d.Line
-	}
-	n := root.Content[0]
-	if d.Item > 0 {
-		items := child(n, "items")
-		if items == nil || items.Kind != yaml.SequenceNode || d.Item > len(items.Content) {
+func (d *Document) FieldLines() func(path string) int {
+	object := d.objectNode()
+	return func(path string) int {
+		if object == nil {
 			return d.Line
 		}
-		n = items.Content[d.Item-1]
-	}
-	start := n.Line
-	for _, step := range pathSteps(path) {
-		next := child(n, step)
-		if next == nil {
-			break
+		n := object
+		for _, step := range pathSteps(path) {
+			next := child(n, step)
+			if next == nil {
+				break
+			}
+			n = next
 		}
-		n = next
+		line := n.Line
+		if line == 0 {
+			line = object.Line
+		}
+		return d.Line + line - 1
 	}
-	line := n.Line
-	if line == 0 {
-		line = start
+}
+
+// objectNode is the document's object (a List's item for an item), or nil.
+func (d *Document) objectNode() *yaml.Node {
+	var root yaml.Node
+	if d.Line == 0 || yaml.Unmarshal(d.Raw, &root) != nil || len(root.Content) == 0 {
+		return nil
 	}
-	return d.Line + line - 1
+	n := root.Content[0]
+	if d.Item == 0 {
+		return n
+	}
+	items := child(n, "items")
+	if items == nil || items.Kind != yaml.SequenceNode || d.Item > len(items.Content) {
+		return nil
+	}
+	return items.Content[d.Item-1]
 }
 
 // pathSteps splits "a.b[0].c[key.with.dots]" into a, b, 0, c, key.with.dots.
