@@ -13,7 +13,7 @@ BENCHTIME ?= 1s
 
 E2E_TIMEOUT ?= 40m
 
-.PHONY: all build build-gpuguard build-agent test unit lint fuzz bench e2e upstream demo bench-e2e clean
+.PHONY: all build build-gpuguard build-agent test unit lint fuzz bench e2e upstream demo bench-e2e clean images push images-reproducible
 
 all: build
 
@@ -27,9 +27,34 @@ build-gpuguard:
 build-agent:
 	@if [ -d cmd/gpuguard-agent ]; then CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/gpuguard-agent ./cmd/gpuguard-agent; fi
 
-# Everything: lint, unit tests, a bounded fuzz run, and the end-to-end suite on a
-# real kube-apiserver and etcd built from pinned sources.
-test: lint unit fuzz e2e
+# Everything: lint, unit tests, a bounded fuzz run, the release images built
+# twice to the same digests, and the end-to-end suite on a real
+# kube-apiserver and etcd built from pinned sources.
+test: lint unit fuzz images-reproducible e2e
+
+# Both images as multi-platform OCI image indexes with SBOMs, into an OCI
+# image layout, without Docker (hack/release; docs/release.md). The agent's
+# cgo build needs a C cross compiler for the other platform, which
+# hack/install-cross.sh installs from Debian when missing.
+PLATFORMS ?= linux/amd64,linux/arm64
+IMAGES ?= _output/images
+images:
+	bash hack/install-cross.sh $(PLATFORMS)
+	$(GO) run ./hack/release images --out $(IMAGES) --platforms $(PLATFORMS)
+
+# Push the images and the chart (pinned to them by digest) to REGISTRY
+# (host[:port][/path]); PLAIN_HTTP=1 for a registry without TLS.
+push: images
+	@if [ -z "$(REGISTRY)" ]; then echo "usage: make push REGISTRY=host[:port][/path] [PLAIN_HTTP=1]" >&2; exit 2; fi
+	$(GO) run ./hack/release push --registry $(REGISTRY) --layout $(IMAGES) $(if $(PLAIN_HTTP),--plain-http)
+
+# make images twice: the layouts' index.json (every index's and SBOM's
+# digest) must be byte for byte the same.
+images-reproducible:
+	$(MAKE) --no-print-directory images IMAGES=_output/images
+	$(MAKE) --no-print-directory images IMAGES=_output/images-again
+	@cmp _output/images/index.json _output/images-again/index.json && \
+		echo "make images is reproducible: both builds gave the same digests"
 
 unit: build-gpuguard
 	$(GO) test -count=1 ./...

@@ -23,6 +23,10 @@ type suite struct {
 	root, assets string
 	cp           *framework.ControlPlane
 	node         *framework.Node
+	// published is gpuguard's release in the cluster's registry, trusted
+	// through registryCA.
+	published  framework.Published
+	registryCA string
 }
 
 func TestMain(m *testing.M) {
@@ -36,7 +40,7 @@ func run(m *testing.M, root string) (int, error) {
 		return 1, err
 	}
 	interrupt.SetStop(func(ctx context.Context) { _ = lc.Stop(ctx) })
-	s = &suite{root: root, assets: lc.Assets, cp: lc.CP, node: lc.Node}
+	s = &suite{root: root, assets: lc.Assets, cp: lc.CP, node: lc.Node, published: lc.Published, registryCA: lc.Registry.CAFile}
 	code := m.Run()
 	return code, lc.Stop(context.Background())
 }

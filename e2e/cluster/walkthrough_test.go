@@ -38,7 +38,7 @@ type step struct {
 // must come with its expected outcome here.
 var walkthrough = []step{
 	{block: "install", want: []outcome{succeeds, succeeds, succeeds, outputMatches(`Phase:\s+Succeeded`)},
-		after: webhookServedFromPods},
+		after: func(t *testing.T) { webhookServedFromPods(t); imagesPulledByDigest(t) }},
 	{block: "see-it-work", want: []outcome{succeeds, deniedBy("device-env"),
 		outputMatches(`"name":"NVIDIA_VISIBLE_DEVICES","value":"void"`)}},
 	{block: "upgrade", want: []outcome{succeeds}, after: webhookServedFromPods},
@@ -159,6 +159,40 @@ func webhookServedFromPods(t *testing.T) {
 	}
 	if ready < 2 {
 		t.Fatalf("want at least 2 ready webhook endpoints on the pod network %s, got %d: %+v", pods, ready, slices.Items)
+	}
+}
+
+// imagesPulledByDigest checks that the release runs exactly what was
+// pushed: every container of gpuguard's workloads names its image by the
+// digest the registry holds, and the webhook's pods were pulled from there.
+func imagesPulledByDigest(t *testing.T) {
+	ctx := context.Background()
+	want := map[string]string{"webhook": s.published.GPUGuard, "agent": s.published.Agent}
+	deploy, err := s.cp.Client.AppsV1().Deployments("gpuguard").Get(ctx, "gpuguard-webhook", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := s.cp.Client.AppsV1().DaemonSets("gpuguard").Get(ctx, "gpuguard-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for component, spec := range map[string]corev1.PodSpec{"webhook": deploy.Spec.Template.Spec, "agent": ds.Spec.Template.Spec} {
+		for _, c := range spec.Containers {
+			if c.Image != want[component] {
+				t.Errorf("%s container %s runs %s, want the pushed %s", component, c.Name, c.Image, want[component])
+			}
+		}
+	}
+	pods, err := s.cp.Client.CoreV1().Pods("gpuguard").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		for _, st := range p.Status.ContainerStatuses {
+			if !strings.HasPrefix(st.ImageID, s.published.Registry+"/gpuguard@sha256:") {
+				t.Errorf("pod %s container %s: image ID %q is not from the registry %s", p.Name, st.Name, st.ImageID, s.published.Registry)
+			}
+		}
 	}
 }
 
@@ -298,6 +332,10 @@ func newShell(t *testing.T) *shell {
 		"KUBECONFIG=" + kubeconfig,
 		// helm keeps its cache and configuration under HOME.
 		"HOME=" + home,
+		// Where `make push REGISTRY=...` published gpuguard, and the CA
+		// that this machine's Go programs (helm) trust for it.
+		"REGISTRY=" + s.published.Registry,
+		"SSL_CERT_FILE=" + s.registryCA,
 	}}
 }
 

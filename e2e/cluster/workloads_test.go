@@ -183,7 +183,7 @@ func installWithAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	sh := newShell(t)
-	install := fmt.Sprintf("helm install gpuguard ./charts/gpuguard -n %s --create-namespace --wait --timeout 4m"+
+	install := fmt.Sprintf("helm install gpuguard oci://$REGISTRY/charts/gpuguard -n %s --create-namespace --wait --timeout 4m"+
 		" --set agent.deviceListStrategy=envvar --set agent.cdiSpec=toolkit --set agent.hostPaths.cdiSpecDir=%s"+
 		" --set-json 'agent.extraArgs=%s'", gpuReleaseNS, s.node.CDIDir(), args)
 	if out, err := sh.run(install); err != nil {

@@ -3,28 +3,48 @@ package framework
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"path/filepath"
 	"sync"
+
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"helm.sh/helm/v3/pkg/registry"
+
+	"github.com/gpuguard/gpuguard/internal/release"
 )
 
 // LocalCluster is a whole single-node cluster on this machine, built from
 // the pinned sources: a kubeadm-like control plane, a node with a pod network
-// and kube-proxy, and gpuguard's image in the node's containerd under the
-// references the chart installs by default, as if pulled, and the agent's
-// image beside it. The node has the node suite's fake GPUs; the chart's agent
-// DaemonSet selects nodes labelled nvidia.com/gpu.present=true or
-// feature.node.kubernetes.io/pci-10de.present=true, which the node
-// is not until a test labels it, and serves them only with the mock backend
-// (no NVIDIA driver here).
+// and kube-proxy, and an OCI registry on loopback that the node trusts,
+// holding gpuguard's images (built for this machine's platform by the
+// release tooling, as `make images` builds them) and its chart pinned to
+// them by digest, as `make push` publishes them. The node has the node
+// suite's fake GPUs; the chart's agent DaemonSet selects nodes labelled
+// nvidia.com/gpu.present=true or feature.node.kubernetes.io/pci-10de.present=true,
+// which the node is not until a test labels it, and serves them only with
+// the mock backend (no NVIDIA driver here).
 type LocalCluster struct {
-	CP     *ControlPlane
-	Node   *Node
-	Assets string
-	// Images are the chart's default image references, loaded in the node.
-	Images ChartImages
+	CP       *ControlPlane
+	Node     *Node
+	Assets   string
+	Registry *Registry
+	// Published is what the registry holds.
+	Published Published
 
 	stopOnce sync.Once
 	stopErr  error
+}
+
+// Published is gpuguard's release in the registry.
+type Published struct {
+	// Registry is what `make push REGISTRY=...` was given: the images are
+	// REGISTRY/gpuguard and REGISTRY/gpuguard-agent, the chart
+	// oci://REGISTRY/charts/gpuguard.
+	Registry string
+	// GPUGuard and Agent are the images by digest.
+	GPUGuard, Agent string
+	Chart           release.PushedChart
 }
 
 // StartLocalCluster starts a LocalCluster with the programs in
@@ -50,29 +70,54 @@ func StartLocalCluster(ctx context.Context, repoRoot, nodeName string) (*LocalCl
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(err, lc.Stop(context.Background()))
 	}
-	if err := lc.loadImages(ctx, repoRoot); err != nil {
+	if err := lc.publish(ctx, repoRoot); err != nil {
 		return nil, errors.Join(err, lc.Stop(context.Background()))
 	}
 	return lc, nil
 }
 
-// loadImages builds gpuguard's and the agent's images and puts them in the
-// node's containerd, as a pull from the registry would.
-func (lc *LocalCluster) loadImages(ctx context.Context, repoRoot string) error {
-	refs, err := ChartDefaultImages(repoRoot)
+// publish starts the registry, makes the node trust it, and pushes
+// gpuguard's images and chart there with the release tooling.
+func (lc *LocalCluster) publish(ctx context.Context, repoRoot string) error {
+	dir := filepath.Join(lc.Node.Root, "release")
+	reg, err := StartRegistry(lc.Node.Root)
 	if err != nil {
 		return err
 	}
-	lc.Images = refs
-	gpuguard, err := BuildGPUGuardImage(repoRoot, lc.Node.Root, refs.GPUGuard)
+	lc.Registry = reg
+	if err := lc.Node.TrustRegistry(reg.Host, reg.CAFile); err != nil {
+		return err
+	}
+	src, err := release.ReadSource(repoRoot)
 	if err != nil {
 		return err
 	}
-	agent, err := BuildAgentImage(repoRoot, lc.Node.Root, refs.Agent)
+	layout := filepath.Join(dir, "layout")
+	if _, err := release.Build(ctx, src, release.Specs(), []release.Platform{release.HostPlatform()}, layout, filepath.Join(dir, "work")); err != nil {
+		return err
+	}
+	pushed, err := release.Push(ctx, layout, reg.Host, nil, remote.WithTransport(reg.Transport()))
 	if err != nil {
 		return err
 	}
-	return errors.Join(lc.Node.ImportImages(ctx, gpuguard), lc.Node.ImportImages(ctx, agent))
+	client, err := registry.NewClient(registry.ClientOptHTTPClient(&http.Client{Transport: reg.Transport()}), registry.ClientOptWriter(io.Discard))
+	if err != nil {
+		return err
+	}
+	chart, err := release.PushChart(filepath.Join(repoRoot, "charts", "gpuguard"), reg.Host, pushed, client)
+	if err != nil {
+		return err
+	}
+	lc.Published = Published{Registry: reg.Host, Chart: chart}
+	for _, p := range pushed {
+		switch p.Name {
+		case "gpuguard":
+			lc.Published.GPUGuard = p.Ref()
+		case "gpuguard-agent":
+			lc.Published.Agent = p.Ref()
+		}
+	}
+	return nil
 }
 
 // Stop stops the controllers, so that no pod comes back, then the node (its
@@ -81,6 +126,9 @@ func (lc *LocalCluster) loadImages(ctx context.Context, repoRoot string) error {
 func (lc *LocalCluster) Stop(ctx context.Context) error {
 	lc.stopOnce.Do(func() {
 		lc.stopErr = errors.Join(lc.CP.StopControllers(), lc.Node.Stop(ctx), lc.CP.Stop())
+		if lc.Registry != nil {
+			lc.stopErr = errors.Join(lc.stopErr, lc.Registry.Stop(ctx))
+		}
 	})
 	return lc.stopErr
 }

@@ -136,6 +136,11 @@ snapshotter = "native"
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
 sandbox = %[5]q
 
+# Registries the node trusts, each a hosts.toml (TrustRegistry); read at
+# every pull.
+[plugins.'io.containerd.cri.v1.images'.registry]
+config_path = %[15]q
+
 [%[6]s]
 # Pod network namespaces under the node's state, so Stop unmounts them.
 netns_mounts_under_state_dir = true
@@ -162,7 +167,21 @@ BinaryName = %[13]q
 `, filepath.Join(n.Root, "containerd", "root"), filepath.Join(n.Root, "containerd", "state"), n.ContainerdSocket(),
 		filepath.Join(n.Root, "containerd", "opt"), PauseImage, rt, n.cdiDir(), n.restrictOOMScoreAdj,
 		filepath.Join(n.Root, "cni"), filepath.Join(n.assets, "cni"), defaultRuntime, strings.Join(quoted, ", "),
-		filepath.Join(n.assets, "nvidia-container-runtime"), runtime.GOARCH)
+		filepath.Join(n.assets, "nvidia-container-runtime"), runtime.GOARCH, n.registryHostsDir())
+}
+
+func (n *Node) registryHostsDir() string { return filepath.Join(n.Root, "containerd", "certs.d") }
+
+// TrustRegistry has the node's containerd pull from the registry at host
+// (HOST:PORT) over TLS, trusting the CA certificate in caFile, as
+// /etc/containerd/certs.d/HOST:PORT/hosts.toml does on a real node.
+func (n *Node) TrustRegistry(host, caFile string) error {
+	return writeFile(filepath.Join(n.registryHostsDir(), host, "hosts.toml"), fmt.Sprintf(`server = "https://%[1]s"
+
+[host."https://%[1]s"]
+capabilities = ["pull", "resolve"]
+ca = %[2]q
+`, host, caFile))
 }
 
 // kubeletConfig is the KubeletConfiguration for a node without systemd,

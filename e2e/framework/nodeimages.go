@@ -18,12 +18,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-
-	"github.com/gpuguard/gpuguard/internal/chartrender"
 )
 
-// Images the node runs. They are built locally and imported into containerd;
-// pods use imagePullPolicy: Never, so nothing is pulled.
+// Test images the node runs. They are built locally and imported into
+// containerd; pods use imagePullPolicy: Never, so nothing is pulled.
+// gpuguard's own images are pulled from a registry (LocalCluster).
 const (
 	// PauseImage is the sandbox image named in the containerd config.
 	PauseImage = "registry.k8s.io/pause:3.10.1"
@@ -69,32 +68,6 @@ func BuildImages(repoRoot, dir string) (string, error) {
 	}
 	path := filepath.Join(dir, "images.tar")
 	return path, tarball.MultiRefWriteToFile(path, refs)
-}
-
-// BuildGPUGuardImage builds gpuguard's image as build/gpuguard.Dockerfile
-// describes it (the static binary at /usr/local/bin/gpuguard, run as the
-// distroless nonroot user 65532), without a container engine, under each
-// of refs, into a docker-archive tarball in dir.
-func BuildGPUGuardImage(repoRoot, dir string, refs ...string) (string, error) {
-	ti := testImage{pkg: ".", binary: "/usr/local/bin/gpuguard", user: "65532:65532"}
-	img, err := ti.build(repoRoot, dir)
-	if err != nil {
-		return "", fmt.Errorf("gpuguard image: %w", err)
-	}
-	return writeTagged(img, filepath.Join(dir, "gpuguard-image.tar"), refs)
-}
-
-// writeTagged writes img under each of refs into a docker-archive tarball.
-func writeTagged(img v1.Image, path string, refs []string) (string, error) {
-	tagged := map[name.Reference]v1.Image{}
-	for _, r := range refs {
-		ref, err := name.ParseReference(r)
-		if err != nil {
-			return "", err
-		}
-		tagged[ref] = img
-	}
-	return path, tarball.MultiRefWriteToFile(path, tagged)
 }
 
 func (ti testImage) build(repoRoot, dir string) (v1.Image, error) {
@@ -181,82 +154,4 @@ func binaryLayer(src, path, user string, extra map[string][]byte) (v1.Layer, err
 	}
 	raw := buf.Bytes()
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil })
-}
-
-// ChartImages are the image references the chart installs with its
-// default values: the webhook's and the agent's repositories at the chart's
-// appVersion.
-type ChartImages struct{ GPUGuard, Agent string }
-
-// ChartDefaultImages reads ChartImages from the chart.
-func ChartDefaultImages(repoRoot string) (ChartImages, error) {
-	c, err := chartrender.Load(filepath.Join(repoRoot, "charts", "gpuguard"))
-	if err != nil {
-		return ChartImages{}, err
-	}
-	repo := func(component string) string {
-		values, _ := c.Values[component].(map[string]any)
-		image, _ := values["image"].(map[string]any)
-		r, _ := image["repository"].(string)
-		return r
-	}
-	gpuguard, agent, version := repo("webhook"), repo("agent"), c.Metadata.AppVersion
-	if gpuguard == "" || agent == "" || version == "" {
-		return ChartImages{}, fmt.Errorf("the chart lacks webhook.image.repository, agent.image.repository or appVersion")
-	}
-	return ChartImages{GPUGuard: gpuguard + ":" + version, Agent: agent + ":" + version}, nil
-}
-
-// BuildAgentImage builds the agent's image as build/gpuguard-agent.Dockerfile
-// describes it (the cgo binary at /usr/local/bin/gpuguard-agent on glibc, run
-// as root), without a container engine: the glibc is this machine's, the
-// libraries the binary links as ldd lists them. The driver's NVML library is
-// not in it, as in the real image; the mock backend needs none.
-func BuildAgentImage(repoRoot, dir string, refs ...string) (string, error) {
-	bin, err := BuildAgent(repoRoot, dir)
-	if err != nil {
-		return "", err
-	}
-	libs, err := linkedLibraries(bin)
-	if err != nil {
-		return "", err
-	}
-	files := map[string][]byte{}
-	for _, lib := range libs {
-		data, err := os.ReadFile(lib)
-		if err != nil {
-			return "", err
-		}
-		files[lib[1:]] = data
-	}
-	layer, err := binaryLayer(bin, "/usr/local/bin/gpuguard-agent", "0:0", files)
-	if err != nil {
-		return "", err
-	}
-	img, err := imageOf(layer, testImage{binary: "/usr/local/bin/gpuguard-agent", user: "0:0"})
-	if err != nil {
-		return "", err
-	}
-	return writeTagged(img, filepath.Join(dir, "agent-image.tar"), refs)
-}
-
-// linkedLibraries lists the shared libraries a binary loads, the dynamic
-// loader included, by absolute path.
-func linkedLibraries(bin string) ([]string, error) {
-	out, err := exec.Command("ldd", bin).Output()
-	if err != nil {
-		return nil, fmt.Errorf("ldd %s: %w", bin, err)
-	}
-	var libs []string
-	for _, line := range strings.Split(string(out), "\n") {
-		for _, field := range strings.Fields(line) {
-			if strings.HasPrefix(field, "/") {
-				libs = append(libs, field)
-			}
-		}
-	}
-	if len(libs) == 0 {
-		return nil, fmt.Errorf("ldd %s lists no libraries: %s", bin, out)
-	}
-	return libs, nil
 }

@@ -1,6 +1,6 @@
 // Command localcluster runs a whole single-node Kubernetes cluster on this
-// machine, built from the pinned sources (make node-binaries), with
-// gpuguard's image already in the node's containerd, so that the README's
+// machine, built from the pinned sources (make node-binaries), with a
+// registry on loopback holding gpuguard's images and chart, so that the README's
 // "Install with Helm" can be followed without a cluster of one's own.
 // It writes _output/kubeconfig, prints what to export, and runs until
 // interrupted; then it stops everything and removes what it made. Needs root.
@@ -50,24 +50,29 @@ func run() error {
 		return err
 	}
 	kubeconfig := filepath.Join(root, "_output", "kubeconfig")
+	registryCA := filepath.Join(root, "_output", "registry-ca.crt")
 	err = writeKubeconfig(lc, kubeconfig)
+	if err == nil {
+		err = copyForSudoUser(lc.Registry.CAFile, registryCA)
+	}
 	if err == nil {
 		fmt.Printf(`
 The cluster is up for a day (its certificates expire then): one node with a pod
-network and eight fake GPUs, gpuguard's
-and the agent's images loaded. The node is not labelled as a GPU node, so the
-chart's agent stays off it (docs/cluster-e2e.md shows how the tests run it on
-the fake GPUs). In another terminal, from the repository root:
+network and eight fake GPUs, and a registry on %[3]s holding gpuguard's
+images and chart, which the node trusts. The node is not labelled as a GPU
+node, so the chart's agent stays off it (docs/cluster-e2e.md shows how the
+tests run it on the fake GPUs). In another terminal, from the repository root:
 
-  export KUBECONFIG=%s PATH=%s:$PATH
+  export KUBECONFIG=%[1]s PATH=%[2]s:$PATH
+  export REGISTRY=%[3]s SSL_CERT_FILE=%[4]s
 
 then follow "Install with Helm" in the README. Ctrl-C stops the cluster and
 removes what it made.
-`, kubeconfig, lc.Assets)
+`, kubeconfig, lc.Assets, lc.Published.Registry, registryCA)
 		<-ctx.Done()
 		fmt.Println("\nStopping the cluster...")
 	}
-	return errors.Join(err, lc.Stop(context.Background()), removeIfExists(kubeconfig))
+	return errors.Join(err, lc.Stop(context.Background()), removeIfExists(kubeconfig), removeIfExists(registryCA))
 }
 
 // writeKubeconfig writes an administrator's kubeconfig with its certificates
@@ -88,6 +93,18 @@ func writeKubeconfig(lc *framework.LocalCluster, path string) error {
 		return err
 	}
 	return chownToSudoUser(path)
+}
+
+// copyForSudoUser copies a file where the user who ran sudo can read it.
+func copyForSudoUser(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(dst, data, 0o644); err != nil {
+		return err
+	}
+	return chownToSudoUser(dst)
 }
 
 func chownToSudoUser(path string) error {
