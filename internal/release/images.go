@@ -1,7 +1,9 @@
 // Package release builds gpuguard's two container images without a container
 // engine: each is a multi-platform OCI image index whose images hold a Go
 // binary of this module, the files it needs to run and nothing else, with an
-// SPDX SBOM attached to each platform's image as an OCI referrer.
+// SPDX SBOM attached to each platform's image as an OCI referrer. It then
+// pushes them, and the Helm chart with both images pinned by digest, to a
+// registry (docs/release.md).
 //
 // Builds are reproducible: the same source tree, Go toolchain and Debian
 // packages give the same digests. Every timestamp is the source's (the
