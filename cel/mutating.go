@@ -26,7 +26,8 @@ func (r *rules) mutatingPolicy(name string) *admissionregistrationv1.MutatingAdm
 		// server refuses at evaluation, failing every pod closed.
 		patches = []string{`[JSONPatch{op: "test", path: "/kind", value: "Pod"}].filter(p, false)`}
 	}
-	conds := append(r.exemptions(), admissionregistrationv1.MatchCondition{Name: "not-a-mirror-pod", Expression: "!" + celexpr.MirrorPod})
+	conds := append(r.exemptions(), admissionregistrationv1.MatchCondition{Name: "not-a-mirror-pod", Expression: "!" + celexpr.MirrorPod},
+		admissionregistrationv1.MatchCondition{Name: PrefilterName, Expression: r.prefilter()})
 	return &admissionregistrationv1.MutatingAdmissionPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicy"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},

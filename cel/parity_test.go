@@ -226,7 +226,9 @@ func lastEnv(c corev1.Container, name string) string {
 // FuzzParity feeds arbitrary pods, seeded from the fixtures, to the engine
 // and to the backstop under the default policy: the backstop never denies a
 // pod the engine admits, denies by the engine's rules only, and leaves every
-// container with the same effective device variables.
+// container with the same effective device variables; and the pre-filter
+// lets past only pods the engine admits unchanged but for the void
+// injection (TestPrefilterIsSafe).
 func FuzzParity(f *testing.F) {
 	all, err := fixtures.All("../policy/testdata")
 	if err != nil {
@@ -258,5 +260,6 @@ func FuzzParity(f *testing.F) {
 			t.Fatalf("the backstop failed to evaluate: %v", err)
 		}
 		compare(t, p, req, want, engineRules(want), got)
+		checkPrefilter(t, p, engine, req, want, true)
 	})
 }

@@ -46,8 +46,8 @@ func TestRenderDefault(t *testing.T) {
 			t.Errorf("%s is a warning or needs inspection in the default policy; it must be webhook-only", advisory)
 		}
 	}
-	if c := p.Validating.Spec.MatchConditions; len(c) != 1 || c[0].Expression != AnnotationsChanged {
-		t.Errorf("no exemptions: only the status filter is a match condition: %+v", c)
+	if c := p.Validating.Spec.MatchConditions; len(c) != 2 || c[0].Expression != AnnotationsChanged || c[1].Name != PrefilterName {
+		t.Errorf("no exemptions: the status filter and the pre-filter are the only match conditions: %+v", c)
 	}
 	if !slices.ContainsFunc(p.Validating.Spec.MatchConstraints.ResourceRules, func(r admissionregistrationv1.NamedRuleWithOperations) bool {
 		return slices.Contains(r.Resources, "pods/status") && slices.Contains(r.Operations, admissionregistrationv1.Update)

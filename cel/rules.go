@@ -80,5 +80,5 @@ func (r *rules) input() *policy.CELInput {
 	for _, l := range containerLists {
 		noGPU = append(noGPU, fmt.Sprintf("size(variables.%s) == 0", l.variable("gpu")))
 	}
-	return &policy.CELInput{Policy: r.p, DeviceVars: r.deviceVars, Protected: r.protected, NoGPUContainer: strings.Join(noGPU, " && ")}
+	return &policy.CELInput{Policy: r.p, DeviceVars: r.deviceVars, Protected: r.protected, NoGPUContainer: strings.Join(noGPU, " && "), IsGPU: r.gpu}
 }

@@ -790,7 +790,12 @@ func TestRBAC(t *testing.T) {
 					want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, v, "gpuguard-backstop"})
 				}
 			}
-			want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "get", "gpuguard"})
+			// The pre-filter on the pod webhooks (on by default; the backstop's
+			// owner is read through the same grant).
+			for _, res := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"} {
+				want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, "get", "gpuguard"},
+					rbacRule{"cluster", "admissionregistration.k8s.io", res, "patch", "gpuguard"})
+			}
 			if !strings.HasPrefix(rc.name, "cert-manager") && rc.name != "existing-secret" {
 				for _, res := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"} {
 					want = append(want,
@@ -1159,5 +1164,50 @@ func TestPDBLeavesDrainsPossible(t *testing.T) {
 	r, err = render(t, c, map[string]any{"webhook": map[string]any{"replicas": 3, "podDisruptionBudget": map[string]any{"minAvailable": "50%"}}})
 	if err != nil || len(findAll[*policyv1.PodDisruptionBudget](decodeAll(t, docs(r, false)))) != 1 {
 		t.Errorf("a percentage budget with 3 replicas: %v", err)
+	}
+}
+
+// TestAdmissionProfile: the pre-filter is on by default and can be turned
+// off (then the webhook neither gets the flag nor may patch its
+// configurations); --inject-void=auto reads the GPU nodes the agent runs
+// on, and is refused without the agents' node labels.
+func TestAdmissionProfile(t *testing.T) {
+	c := loadChart(t)
+	deployment := func(r *chartrender.Release) string {
+		for _, d := range r.Documents(false) {
+			if strings.Contains(d, "\nkind: Deployment") {
+				return d
+			}
+		}
+		t.Fatal("no Deployment rendered")
+		return ""
+	}
+	off, err := chartrender.Render(c, releaseName, namespace, map[string]any{"admission": map[string]any{"prefilter": false}}, clusterAPIs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(deployment(off), "--prefilter-webhook") || strings.Contains(off.Raw, `verbs: ["get", "patch"]`) {
+		t.Error("admission.prefilter=false: no pre-filter flag, and no right to patch the webhook configurations")
+	}
+	auto := map[string]any{"admission": map[string]any{"injectVoid": "auto"}}
+	if _, err := chartrender.Render(c, releaseName, namespace, auto, clusterAPIs...); err == nil || !strings.Contains(err.Error(), "agent.publishNodeLabels") {
+		t.Errorf("injectVoid=auto without the agents' node labels must be refused, got %v", err)
+	}
+	auto["agent"] = map[string]any{"publishNodeLabels": true}
+	r, err := chartrender.Render(c, releaseName, namespace, auto, clusterAPIs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"- --inject-void=auto", "- --gpu-node-label=nvidia.com/gpu.present=true",
+		"- --gpu-node-label=feature.node.kubernetes.io/pci-10de.present=true"} {
+		if !strings.Contains(deployment(r), want) {
+			t.Errorf("injectVoid=auto: the webhook lacks %s", want)
+		}
+	}
+	if !strings.Contains(r.Raw, `resources: ["nodes"]`+"\n    verbs: [\"list\", \"watch\"]") {
+		t.Error("injectVoid=auto: the webhook cannot watch the nodes")
+	}
+	if _, err := chartrender.Render(c, releaseName, namespace, map[string]any{"admission": map[string]any{"injectVoid": "sometimes"}}, clusterAPIs...); err == nil {
+		t.Error("injectVoid=sometimes must be refused by the schema")
 	}
 }

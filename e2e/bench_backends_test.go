@@ -36,6 +36,9 @@ const (
 	webhookPatch
 	webhookGPUGuard
 	webhookGPUGuardMutating
+	// webhookGPUGuardFiltered: gpuguard's webhooks with the pre-filter on the
+	// pod webhooks, as the chart's webhook keeps it.
+	webhookGPUGuardFiltered
 )
 
 // celKind is which admission policies an arm installs.
@@ -50,6 +53,9 @@ const (
 	celMAP
 	celFull
 	celHardened
+	// celApplyMAP: gpuguard's MutatingAdmissionPolicy with its injection as an
+	// ApplyConfiguration instead of a JSON Patch, to measure the choice.
+	celApplyMAP
 )
 
 // benchArm is one configuration of the pod-create benchmark.
@@ -74,8 +80,11 @@ func benchArms() []benchArm {
 		{name: "cel-map", cel: celMAP},
 		{name: "cel", cel: celFull},
 		{name: "webhook", webhook: webhookGPUGuard},
+		{name: "inject-webhook", webhook: webhookGPUGuardMutating},
 		{name: "inject-webhook+cel-vap", webhook: webhookGPUGuardMutating, cel: celVAP},
-		{name: "default", webhook: webhookGPUGuard, cel: celFull},
+		{name: "cel-map-apply", cel: celApplyMAP},
+		{name: "default", webhook: webhookGPUGuardFiltered, cel: celFull},
+		{name: "default-unfiltered", webhook: webhookGPUGuard, cel: celFull},
 		{name: "hardened", cel: celHardened},
 	}
 }
@@ -87,6 +96,8 @@ type benchBackends struct {
 	full        *cel.Policies // gpuguard's backstop, as the chart installs it
 	minimal     *cel.Policies // one short validation and one short patch
 	hardened    *cel.Policies // gpuguard's, from a policy without injection
+	applyMAP    *cel.Policies // gpuguard's, injecting by ApplyConfiguration
+	filtered    *framework.WebhookConfigurations
 }
 
 func newBenchBackends(b *testing.B) *benchBackends {
@@ -102,7 +113,7 @@ func newBenchBackends(b *testing.B) *benchBackends {
 		b.Fatal(err)
 	}
 	return &benchBackends{noop: startReferenceWebhook(b, false), patch: startReferenceWebhook(b, true),
-		full: full, hardened: hardened, minimal: minimalPolicies(full)}
+		full: full, hardened: hardened, minimal: minimalPolicies(full), applyMAP: applyConfigurationPolicies(full), filtered: filteredConfigs(b)}
 }
 
 // minimalPolicies are the smallest policies of gpuguard's shape: its match
@@ -127,13 +138,37 @@ func minimalPolicies(full *cel.Policies) *cel.Policies {
 	return m
 }
 
+// applyConfigurationPolicies are gpuguard's policies with the injection as
+// an ApplyConfiguration: each container that needs it gets its device
+// variable merged to void by name (replacing a value rather than appending
+// after it, which an ApplyConfiguration cannot do).
+func applyConfigurationPolicies(full *cel.Policies) *cel.Policies {
+	m := &cel.Policies{Validating: full.Validating.DeepCopy(), ValidatingBinding: full.ValidatingBinding.DeepCopy(),
+		Mutating: full.Mutating.DeepCopy(), MutatingBinding: full.MutatingBinding.DeepCopy()}
+	const name = "bench-apply"
+	m.Validating.Name, m.ValidatingBinding.Name, m.ValidatingBinding.Spec.PolicyName = name, name, name
+	m.Mutating.Name, m.MutatingBinding.Name, m.MutatingBinding.Spec.PolicyName = name, name, name
+	gpu := `has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(k, k.startsWith("nvidia.com/"))`
+	notVoid := `!(has(c.env) && c.env.exists(e, e.name == "NVIDIA_VISIBLE_DEVICES" && has(e.value) && e.value == "void"))`
+	var fields []string
+	for _, l := range []string{"initContainers", "containers"} {
+		fields = append(fields, fmt.Sprintf(`?%[1]s: optional.ofNonZeroValue((has(object.spec.%[1]s) ? object.spec.%[1]s : []).filter(c, !(%[2]s) && %[3]s)`+
+			`.map(c, Object.spec.%[1]s{name: c.name, env: [Object.spec.%[1]s.env{name: "NVIDIA_VISIBLE_DEVICES", value: "void"}]}))`, l, gpu, notVoid))
+	}
+	m.Mutating.Spec.Mutations = []admissionregistrationv1.Mutation{{
+		PatchType:          admissionregistrationv1.PatchTypeApplyConfiguration,
+		ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{Expression: "Object{spec: Object.spec{" + strings.Join(fields, ", ") + "}}"},
+	}}
+	return m
+}
+
 // arrange removes every policy and webhook configuration, installs the
 // arm's, and waits until the API server acts on them.
 func (bb *benchBackends) arrange(ctx context.Context, a benchArm) error {
 	if err := s.Configs.Remove(ctx, s.cp.Client); err != nil {
 		return err
 	}
-	for _, p := range []*cel.Policies{bb.full, bb.minimal} {
+	for _, p := range []*cel.Policies{bb.full, bb.minimal, bb.applyMAP} {
 		if err := removePolicies(ctx, p); err != nil {
 			return err
 		}
@@ -168,6 +203,8 @@ func (bb *benchBackends) policiesOf(k celKind) (validating, mutating *cel.Polici
 		return bb.full, bb.full
 	case celHardened:
 		return bb.hardened, nil
+	case celApplyMAP:
+		return nil, bb.applyMAP
 	}
 	return nil, nil
 }
@@ -199,13 +236,47 @@ func (bb *benchBackends) installWebhooks(ctx context.Context, k webhookKind) err
 	}
 	s.Configs.PointAt(s.Webhook.Port, s.CA.PEM)
 	install := s.Configs.Install
-	if k == webhookGPUGuardMutating {
+	switch k {
+	case webhookGPUGuardMutating:
 		install = s.Configs.InstallMutating
+	case webhookGPUGuardFiltered:
+		install = bb.filtered.Install
 	}
 	if err := install(ctx, s.cp.Client); err != nil {
 		return err
 	}
+	if k == webhookGPUGuardFiltered {
+		// Ordinary pods no longer reach the webhooks: wait for the
+		// webhook's own denial of a violating one.
+		return framework.Poll(ctx, time.Minute, func() (bool, error) {
+			_, err := pods.Create(ctx, withEnv(plainPod("probe"), allGPUs), dry)
+			return err != nil && strings.Contains(err.Error(), "gpuguard denied"), nil
+		})
+	}
 	return s.waitEnforcing(ctx)
+}
+
+// filteredConfigs are the suite's webhook configurations with the
+// pre-filter of the default policy on the pod webhooks.
+func filteredConfigs(b *testing.B) *framework.WebhookConfigurations {
+	expr, err := cel.Prefilter(config.Default())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cond := admissionregistrationv1.MatchCondition{Name: cel.PrefilterName, Expression: expr}
+	s.Configs.PointAt(s.Webhook.Port, s.CA.PEM)
+	f := &framework.WebhookConfigurations{Mutating: s.Configs.Mutating.DeepCopy(), Validating: s.Configs.Validating.DeepCopy()}
+	for i := range f.Mutating.Webhooks {
+		if w := &f.Mutating.Webhooks[i]; w.Name == prefilteredWebhooks[0] {
+			w.MatchConditions = append(w.MatchConditions, cond)
+		}
+	}
+	for i := range f.Validating.Webhooks {
+		if w := &f.Validating.Webhooks[i]; w.Name == prefilteredWebhooks[1] {
+			w.MatchConditions = append(w.MatchConditions, cond)
+		}
+	}
+	return f
 }
 
 // restore puts the suite back: gpuguard's webhooks, no admission policies.

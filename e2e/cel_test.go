@@ -291,29 +291,12 @@ func TestCELBackstopWithTheWebhookDown(t *testing.T) {
 func TestWebhookKeepsTheBackstopInSync(t *testing.T) {
 	ctx := context.Background()
 	const name = "gpuguard-synced"
-	kubeconfig, err := s.cp.Kubeconfig("gpuguard-backstop")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wh, err := framework.NewWebhook(s.Binary, kubeconfig, s.CertDir, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	wh.Extra = []string{"--cel-backstop", "--cel-backstop-name", name, "--cel-backstop-exclude-namespace", releaseNS,
-		"--validating-webhook-configuration", s.Configs.Validating.Name}
-	if err := wh.Start(releaseNS + "/" + policyName); err != nil {
-		t.Fatal(err)
-	}
+	wh := startClusterWebhook(t, "gpuguard-backstop", "--cel-backstop", "--cel-backstop-name", name, "--cel-backstop-exclude-namespace", releaseNS,
+		"--validating-webhook-configuration", s.Configs.Validating.Name)
 	ar := s.cp.Client.AdmissionregistrationV1()
 	defer func() {
 		_ = wh.Stop()
-		_ = ar.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
-		_ = ar.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
-		_ = ar.MutatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
-		_ = ar.MutatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
-		if err := waitBackstopGone(ctx); err != nil {
-			t.Errorf("the synced backstop still acts after its deletion: %v", err)
-		}
+		removeBackstop(ctx, t, name)
 		if err := s.writePolicy(ctx, suitePolicy); err != nil {
 			t.Error(err)
 		}

@@ -62,6 +62,11 @@ func init() {
 		ID:      RuleCapabilities,
 		Summary: "advisory: a container adding `SYS_ADMIN` or `ALL`, which the NVIDIA runtime treats as privileged (warn by default)",
 		Order:   180, ContainerCheck: checkCapabilities,
+		// Any severity, privileged or not.
+		Trigger: func(in *CELInput) *CELTrigger {
+			return &CELTrigger{Container: `has(c.securityContext) && has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && ` +
+				`c.securityContext.capabilities.add.exists(a, a.upperAscii() in ["SYS_ADMIN", "CAP_SYS_ADMIN", "ALL", "CAP_ALL"])`}
+		},
 		Gap: "warnings: rendered only when the policy's severity is `deny`",
 		CEL: func(in *CELInput) *CELCheck {
 			a := in.Policy.Spec.Advisories

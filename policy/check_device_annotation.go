@@ -67,13 +67,23 @@ func init() {
 		ID:      RuleDeviceAnnotation,
 		Summary: "denied annotations; on an UPDATE of a pod or of `pods/status`, only those added or changed; a `Binding`'s annotations, which the API server copies onto the pod",
 		Order:   10, PodCheck: checkDeviceAnnotations, PodScopes: []scope{scopePod, scopeTemplate, scopeAddedAnnotations},
+		// Any denied key, changed or not.
+		Trigger: func(in *CELInput) *CELTrigger {
+			return &CELTrigger{Pod: fmt.Sprintf(`has(object.metadata.annotations) && object.metadata.annotations.exists(k, %s)`, deniedAnnotationCEL(in))}
+		},
 		CEL: func(in *CELInput) *CELCheck {
-			a := in.Policy.Spec.Annotations
-			denied := celexpr.Or(fmt.Sprintf("k in %s", celexpr.List(a.DeniedKeys)), fmt.Sprintf("%s.exists(p, k.startsWith(p))", celexpr.List(a.DeniedPrefixes)))
+			denied := deniedAnnotationCEL(in)
 			return &CELCheck{Message: "annotation requests devices outside GPU accounting; remove it",
 				Pod: fmt.Sprintf(celexpr.SubResource+` in ["", "status"] && has(object.metadata.annotations) && object.metadata.annotations.exists(k, (%s) && `+
 					`(request.operation == "CREATE" || !has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations) || `+
 					`oldObject.metadata.annotations[k] != object.metadata.annotations[k]))`, denied)}
 		},
 	})
+}
+
+// deniedAnnotationCEL is a predicate over an annotation key k: the policy
+// denies it.
+func deniedAnnotationCEL(in *CELInput) string {
+	a := in.Policy.Spec.Annotations
+	return celexpr.Or(fmt.Sprintf("k in %s", celexpr.List(a.DeniedKeys)), fmt.Sprintf("%s.exists(p, k.startsWith(p))", celexpr.List(a.DeniedPrefixes)))
 }

@@ -65,6 +65,12 @@ func init() {
 			"(`none` is rewritten to `void`: toolkit 1.18.0–1.18.1 leaked every GPU for it); a GPU container setting it to anything but `void` or `\"\"`. " +
 			"Every entry counts, not only the last",
 		Order: 110, ContainerCheck: checkDeviceEnv,
+		// Any device variable that is not a literal void or "": those the rule
+		// denies, and "none", which the webhook rewrites to void.
+		Trigger: func(in *CELInput) *CELTrigger {
+			return &CELTrigger{Container: fmt.Sprintf(`has(c.env) && c.env.exists(e, e.name in %s && (has(e.valueFrom) || (has(e.value) && e.value != "void")))`,
+				celexpr.List(in.DeviceVars))}
+		},
 		CEL: func(in *CELInput) *CELCheck {
 			return &CELCheck{Plain: deviceEnvCEL(in, false), GPU: deviceEnvCEL(in, true),
 				Message: "sets " + strings.Join(in.DeviceVars, " or ") + " to a value that grants GPUs; remove it"}

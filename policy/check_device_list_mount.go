@@ -45,6 +45,11 @@ func init() {
 		ID:      RuleDeviceListMount,
 		Summary: "a volume mount under the device-list roots",
 		Order:   160, ContainerCheck: checkDeviceListMounts,
+		// Paths CEL cannot clean, as well as those under a root.
+		Trigger: func(in *CELInput) *CELTrigger {
+			return &CELTrigger{Container: fmt.Sprintf(`has(c.volumeMounts) && c.volumeMounts.exists(m, !(%s) || %s.exists(root, %s.startsWith(root)))`,
+				celexpr.Judgeable("m.mountPath"), celexpr.List(in.Policy.Spec.DeviceListMountRoots), celexpr.CleanPath("m.mountPath"))}
+		},
 		Gap: "mount paths that need cleaning (`..`, `//`, `./`): CEL has no `path.Clean`, so they are left to the webhook rather than judged wrongly",
 		CEL: func(in *CELInput) *CELCheck {
 			pred := fmt.Sprintf(`has(c.volumeMounts) && c.volumeMounts.exists(m, %s && %s.exists(root, %s.startsWith(root)))`,

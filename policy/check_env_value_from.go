@@ -39,9 +39,17 @@ func init() {
 		ID:      RuleEnvValueFrom,
 		Summary: "a protected name set through `valueFrom` (its value is unknown at admission)",
 		Order:   130, ContainerCheck: checkEnvValueFrom,
+		// The CEL form is exact.
+		Trigger: func(in *CELInput) *CELTrigger {
+			return &CELTrigger{Container: envValueFromCEL(in)}
+		},
 		CEL: func(in *CELInput) *CELCheck {
-			pred := fmt.Sprintf(`has(c.env) && c.env.exists(e, e.name in %s && has(e.valueFrom))`, celexpr.List(in.Protected))
+			pred := envValueFromCEL(in)
 			return &CELCheck{Plain: pred, GPU: pred, Message: "sets a protected NVIDIA variable through valueFrom; use a literal value or remove it"}
 		},
 	})
+}
+
+func envValueFromCEL(in *CELInput) string {
+	return fmt.Sprintf(`has(c.env) && c.env.exists(e, e.name in %s && has(e.valueFrom))`, celexpr.List(in.Protected))
 }

@@ -38,9 +38,17 @@ func init() {
 		ID:      RuleEnvFromPrefix,
 		Summary: "an `envFrom` prefix that can spell a protected name (`NV`, `NVIDIA_`, …)",
 		Order:   140, ContainerCheck: checkEnvFromPrefix,
+		// The CEL form is exact.
+		Trigger: func(in *CELInput) *CELTrigger {
+			return &CELTrigger{Container: envFromPrefixCEL(in)}
+		},
 		CEL: func(in *CELInput) *CELCheck {
-			pred := fmt.Sprintf(`has(c.envFrom) && c.envFrom.exists(f, has(f.prefix) && f.prefix != "" && %s.exists(n, n.startsWith(f.prefix)))`, celexpr.List(in.Protected))
+			pred := envFromPrefixCEL(in)
 			return &CELCheck{Plain: pred, GPU: pred, Message: "takes envFrom with a prefix that can form a protected NVIDIA variable"}
 		},
 	})
+}
+
+func envFromPrefixCEL(in *CELInput) string {
+	return fmt.Sprintf(`has(c.envFrom) && c.envFrom.exists(f, has(f.prefix) && f.prefix != "" && %s.exists(n, n.startsWith(f.prefix)))`, celexpr.List(in.Protected))
 }

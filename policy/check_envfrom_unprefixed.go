@@ -88,6 +88,15 @@ func init() {
 		ID:      RuleEnvFromUnprefixed,
 		Summary: "see `env.unprefixedEnvFromOnGPU`",
 		Order:   150, ContainerCheck: checkEnvFromUnprefixed,
+		// Whatever the treatment: deny, warn, or the webhook's inspection of
+		// the ConfigMap (a warning), on the containers the rule judges.
+		Trigger: func(in *CELInput) *CELTrigger {
+			pred := `has(c.envFrom) && c.envFrom.exists(f, !has(f.prefix) || f.prefix == "")`
+			if in.Policy.Spec.InjectVoid {
+				pred += " && (" + in.IsGPU + ")"
+			}
+			return &CELTrigger{Container: pred}
+		},
 		Gap: "inspecting a ConfigMap's keys needs to read it; CEL sees only the pod (rendered only when the policy denies every unprefixed " +
 			"`envFrom` on GPU containers)",
 		CEL: func(in *CELInput) *CELCheck {

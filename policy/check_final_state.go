@@ -43,7 +43,9 @@ func init() {
 		ID:      RuleFinalState,
 		Summary: "(validating) a non-GPU container whose effective value is not `void`/`\"\"`",
 		Order:   200, ContainerCheck: checkFinalState,
-		Gap: "the warning for mirror pods (they are skipped)",
+		// A mirror pod's warning included: mirror pods are not told apart.
+		Trigger: func(in *CELInput) *CELTrigger { return notVoidTrigger(in) },
+		Gap:     "the warning for mirror pods (they are skipped)",
 		CEL: func(in *CELInput) *CELCheck {
 			if !in.Policy.Spec.InjectVoid {
 				return nil

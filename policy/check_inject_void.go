@@ -1,6 +1,12 @@
 package policy
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpuguard/gpuguard/policy/celexpr"
+)
 
 // injectVoid is the mutation inject-void, in the mutating phase of a pod.
 //
@@ -58,5 +64,25 @@ func init() {
 			"GPU containers are never touched; idempotent",
 		// Its CEL form is the backstop's MutatingAdmissionPolicy.
 		Order: 190, ContainerCheck: injectVoid,
+		Trigger: func(in *CELInput) *CELTrigger { return notVoidTrigger(in) },
 	})
+}
+
+// notVoidTrigger is the trigger of inject-void and final-state (nothing,
+// when the policy injects nothing): a container without GPU resources that
+// has no entry for a device variable. That is all it needs to catch, beside
+// device-env's trigger, which holds for every entry but a literal "void" or
+// "": where neither holds, the container's last entry for each variable is
+// void or "", so it is effectively void. Cheap tests come first: after the
+// backstop's injection, an ordinary container has its entry, and its
+// resources are never read.
+func notVoidTrigger(in *CELInput) *CELTrigger {
+	if !in.Policy.Spec.InjectVoid {
+		return nil
+	}
+	var missing []string
+	for _, n := range in.DeviceVars {
+		missing = append(missing, fmt.Sprintf("!(has(c.env) && c.env.exists(e, e.name == %s))", celexpr.Str(n)))
+	}
+	return &CELTrigger{Container: "(" + celexpr.Or(missing...) + ") && !(" + in.IsGPU + ")"}
 }

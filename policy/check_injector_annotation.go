@@ -1,8 +1,11 @@
 package policy
 
 import (
+	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/gpuguard/gpuguard/policy/celexpr"
 )
 
 // checkInjectorAnnotations is the advisory rule injector-annotation: annotations
@@ -56,6 +59,16 @@ func init() {
 		ID:      RuleInjectorAnnotation,
 		Summary: "advisory (warn): annotations that look like an unlisted injector's (`annotations.suspectDomainLabels`)",
 		Order:   20, PodCheck: checkInjectorAnnotations, PodScopes: []scope{scopePod, scopeTemplate, scopeAddedAnnotations},
+		// Any key whose domain holds a suspect label as a substring: the
+		// rule's own test splits the domain into labels, which CEL does not.
+		Trigger: func(in *CELInput) *CELTrigger {
+			labels := in.Policy.Spec.Annotations.SuspectDomainLabels
+			if len(labels) == 0 {
+				return nil
+			}
+			return &CELTrigger{Pod: fmt.Sprintf(`has(object.metadata.annotations) && object.metadata.annotations.exists(k, `+
+				`%s.exists(l, (k.contains("/") ? k.substring(0, k.indexOf("/")) : k).lowerAscii().contains(l)))`, celexpr.List(labels))}
+		},
 		Gap: "a warning only: the backstop renders what denies",
 	})
 }

@@ -45,6 +45,11 @@ func init() {
 		ID:      RuleNVIDIARuntimeClass,
 		Summary: "advisory: an NVIDIA runtime class on a pod without a GPU limit (warn by default)",
 		Order:   40, PodCheck: checkNVIDIARuntimeClass, PodScopes: []scope{scopePod, scopeTemplate},
+		// Any severity, GPU containers or not.
+		Trigger: func(in *CELInput) *CELTrigger {
+			return &CELTrigger{Pod: fmt.Sprintf(`has(object.spec.runtimeClassName) && object.spec.runtimeClassName in %s`,
+				celexpr.List(in.Policy.Spec.NVIDIARuntimeClasses))}
+		},
 		Gap: "warnings: rendered only when the policy's severity is `deny`",
 		CEL: func(in *CELInput) *CELCheck {
 			if in.Policy.Spec.Advisories.NVIDIARuntimeClass != config.SeverityDeny {

@@ -34,6 +34,10 @@ func init() {
 		ID:      RulePrivileged,
 		Summary: "a privileged container (deny by default)",
 		Order:   170, ContainerCheck: checkPrivileged,
+		// Any severity.
+		Trigger: func(in *CELInput) *CELTrigger {
+			return &CELTrigger{Container: `has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged`}
+		},
 		Gap: "warnings: rendered only when the policy's severity is `deny` (the default)",
 		CEL: func(in *CELInput) *CELCheck {
 			if in.Policy.Spec.Advisories.Privileged != config.SeverityDeny {

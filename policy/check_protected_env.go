@@ -67,6 +67,15 @@ func init() {
 		ID:      RuleProtectedEnv,
 		Summary: "protected variables where the policy does not allow them",
 		Order:   120, ContainerCheck: checkProtectedEnv,
+		// The CEL form is exact; any protected variable set guards it.
+		Trigger: func(in *CELInput) *CELTrigger {
+			var names []string
+			for _, v := range in.Policy.Spec.Env.ProtectedVariables {
+				names = append(names, v.Name)
+			}
+			guard := fmt.Sprintf(`has(c.env) && c.env.exists(e, !has(e.valueFrom) && e.name in %s)`, celexpr.List(names))
+			return containerTrigger(in, guard, &CELCheck{Plain: protectedEnvCEL(in, false), GPU: protectedEnvCEL(in, true)})
+		},
 		CEL: func(in *CELInput) *CELCheck {
 			return &CELCheck{Plain: protectedEnvCEL(in, false), GPU: protectedEnvCEL(in, true),
 				Message: "sets a protected NVIDIA variable the policy does not allow it; remove it"}

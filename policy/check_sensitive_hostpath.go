@@ -62,6 +62,11 @@ func init() {
 		ID:      RuleSensitiveHostPath,
 		Summary: "hostPath volumes related to sensitive paths",
 		Order:   30, PodCheck: checkSensitiveHostPaths, PodScopes: []scope{scopePod, scopeTemplate},
+		// Any host path: a parent of a sensitive path is one too, and paths
+		// CEL cannot clean are left to the webhook.
+		Trigger: func(in *CELInput) *CELTrigger {
+			return &CELTrigger{Pod: `has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath))`}
+		},
 		Gap: "host paths that need cleaning (`..`, `//`, `./`): CEL has no `path.Clean`, so they are left to the webhook rather than judged wrongly",
 		CEL: sensitiveHostPathCEL,
 	})

@@ -37,6 +37,13 @@ type Rule struct {
 	// Gap says what of the rule CEL cannot express exactly and leaves to the
 	// webhook; "" when the CEL form is exact.
 	Gap string
+	// Trigger is the rule's part of the pre-filter (cel.Prefilter): CEL that
+	// holds for every request on which the rule may report anything, at any
+	// severity, or change the object. It may hold more often, never less:
+	// a request for which no rule's trigger holds reaches neither the
+	// webhooks nor the backstop. nil from the function means this policy
+	// leaves the rule nothing to do. A rule with a check must have one.
+	Trigger func(in *CELInput) *CELTrigger
 }
 
 // CELInput is what a rule's CEL form is rendered from.
@@ -48,6 +55,30 @@ type CELInput struct {
 	// NoGPUContainer is an expression over the object: no container the
 	// request judges has GPU resources.
 	NoGPUContainer string
+	// IsGPU is a predicate over a container c: it has GPU resources. Unlike
+	// NoGPUContainer it reads no variables, so triggers may use it.
+	IsGPU string
+}
+
+// CELTrigger is a rule's trigger: a predicate over any container c of the
+// pod, whatever its kind (Container), or over the request (Pod), or both.
+type CELTrigger struct {
+	Container, Pod string
+}
+
+// containerTrigger is the trigger of a container rule whose CEL form is
+// exact (no gap) and rendered at every severity: the form itself, by the
+// container's class, behind guard, a cheaper predicate that holds wherever
+// either form does, so that most containers are passed without reading
+// their resources.
+func containerTrigger(in *CELInput, guard string, check *CELCheck) *CELTrigger {
+	or := func(p string) string {
+		if p == "" {
+			return "false"
+		}
+		return p
+	}
+	return &CELTrigger{Container: fmt.Sprintf("(%s) && ((%s) ? (%s) : (%s))", guard, in.IsGPU, or(check.GPU), or(check.Plain))}
 }
 
 // CELCheck is a rule's validation in the CEL backstop. A container rule
@@ -72,6 +103,9 @@ func register(r *Rule) {
 	}
 	if r.PodCheck != nil && r.ContainerCheck != nil {
 		panic(fmt.Sprintf("policy: rule %s has both a pod and a container check", r.ID))
+	}
+	if (r.PodCheck != nil || r.ContainerCheck != nil) && r.Trigger == nil {
+		panic(fmt.Sprintf("policy: rule %s has a check but no trigger: the pre-filter would let its requests past", r.ID))
 	}
 	if slices.ContainsFunc(registry, func(o *Rule) bool { return o.ID == r.ID || o.Order == r.Order }) {
 		panic(fmt.Sprintf("policy: rule %s registered twice, or its order %d taken", r.ID, r.Order))

@@ -1,14 +1,20 @@
 package webhook
 
 import (
+	"context"
+	"errors"
+	"time"
+
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/internal/backgroundaudit"
 	"github.com/gpuguard/gpuguard/internal/backstop"
+	"github.com/gpuguard/gpuguard/internal/hardening"
 	"github.com/gpuguard/gpuguard/internal/lookup"
 	"github.com/gpuguard/gpuguard/internal/policysource"
+	"github.com/gpuguard/gpuguard/internal/prefilter"
 	"github.com/gpuguard/gpuguard/policy"
 )
 
@@ -20,6 +26,50 @@ type reviewInputs struct {
 	configMaps policy.ConfigMapSource
 	// ready fails until the namespace cache has synced.
 	ready healthz.Checker
+}
+
+// clusterAppliers are what the webhook keeps in the cluster in step with
+// the policy: the CEL backstop, and the pre-filter on its pod webhooks.
+func clusterAppliers(mgr manager.Manager, o Options, m *Metrics) []func(context.Context, *config.Policy) error {
+	var apply []func(context.Context, *config.Policy) error
+	if o.CELBackstop != nil {
+		b := &backstop.Sync{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Options: *o.CELBackstop, Owner: o.ValidatingConfig,
+			Syncs: m.BackstopSyncs, Log: o.Log.WithName("backstop")}
+		apply = append(apply, b.Apply)
+	}
+	if len(o.PrefilterWebhooks) > 0 {
+		f := &prefilter.Sync{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), MutatingConfig: o.MutatingConfig,
+			ValidatingConfig: o.ValidatingConfig, Webhooks: o.PrefilterWebhooks, Syncs: m.PrefilterSyncs, Log: o.Log.WithName("prefilter")}
+		apply = append(apply, f.Apply)
+	}
+	return apply
+}
+
+// reapplyEvery is how often what the webhook keeps in the cluster is
+// applied again, whatever happened: an object deleted or edited by hand
+// comes back within this time.
+const reapplyEvery = time.Minute
+
+// reapplier applies the policy in force periodically (manager.Runnable);
+// the policy reconciler applies it after every load.
+type reapplier struct {
+	source interface{ Engine() *policy.Engine }
+	apply  func(context.Context, *config.Policy) error
+}
+
+func (r *reapplier) Start(ctx context.Context) error {
+	tick := time.NewTicker(reapplyEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if e := r.source.Engine(); e != nil {
+				_ = r.apply(ctx, e.Policy()) // logged and counted by each applier
+			}
+		}
+	}
 }
 
 // watchCluster adds to mgr the policy ConfigMap's reconciler, the CEL
@@ -34,11 +84,19 @@ func watchCluster(mgr manager.Manager, o Options, source *policysource.Source, m
 	if o.PolicyFallback {
 		reconciler.Fallback = config.DefaultYAML()
 	}
-	if o.CELBackstop != nil {
-		sync := &backstop.Sync{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Options: *o.CELBackstop, Owner: o.ValidatingConfig,
-			Source: source, Syncs: m.BackstopSyncs, Log: o.Log.WithName("backstop")}
-		reconciler.Apply = sync.Apply
-		if err := mgr.Add(sync); err != nil {
+	if o.InjectVoid == InjectAuto {
+		reconciler.Hardening = &hardening.Nodes{Reader: mgr.GetClient(), GPUNodeLabels: o.GPUNodeLabels}
+		reconciler.InjectionOff = m.InjectionOff
+	}
+	if apply := clusterAppliers(mgr, o, m); len(apply) > 0 {
+		reconciler.Apply = func(ctx context.Context, p *config.Policy) error {
+			var errs []error
+			for _, a := range apply {
+				errs = append(errs, a(ctx, p))
+			}
+			return errors.Join(errs...)
+		}
+		if err := mgr.Add(&reapplier{source: source, apply: reconciler.Apply}); err != nil {
 			return reviewInputs{}, err
 		}
 	}

@@ -21,6 +21,8 @@ type Metrics struct {
 	PolicyFallback   prometheus.Gauge
 	ConfigMapLookups *prometheus.CounterVec
 	BackstopSyncs    *prometheus.CounterVec
+	PrefilterSyncs   *prometheus.CounterVec
+	InjectionOff     prometheus.Gauge
 	AuditRuns        *prometheus.CounterVec
 	AuditObjects     *prometheus.GaugeVec
 	Refused          *prometheus.CounterVec
@@ -36,7 +38,7 @@ func DefaultMetrics() *Metrics {
 	metricsOnce.Do(func() {
 		metrics = NewMetrics()
 		ctrlmetrics.Registry.MustRegister(metrics.Decisions, metrics.Evaluation, metrics.PolicyReloads,
-			metrics.PolicyInfo, metrics.MissingExemptNS, metrics.PolicyFallback, metrics.ConfigMapLookups, metrics.BackstopSyncs,
+			metrics.PolicyInfo, metrics.MissingExemptNS, metrics.PolicyFallback, metrics.ConfigMapLookups, metrics.BackstopSyncs, metrics.PrefilterSyncs, metrics.InjectionOff,
 			metrics.AuditRuns, metrics.AuditObjects, metrics.Refused)
 	})
 	return metrics
@@ -78,6 +80,14 @@ func NewMetrics() *Metrics {
 			Name: "gpuguard_cel_backstop_syncs_total",
 			Help: "Server-side applies of the CEL backstop after a policy load, by result: success or error.",
 		}, []string{"result"}),
+		PrefilterSyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuguard_prefilter_syncs_total",
+			Help: "Server-side applies of the pre-filter match condition to the pod webhooks after a policy load, by result: success or error.",
+		}, []string{"result"}),
+		InjectionOff: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpuguard_void_injection_off",
+			Help: "1 while the hardened-cluster profile (--inject-void) has the void injection off, 0 while the policy's injection is in force.",
+		}),
 		AuditRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuguard_audit_runs_total",
 			Help: "Background audits of what exists in the cluster, by result: success or error.",

@@ -31,6 +31,7 @@ import (
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/internal/backgroundaudit"
+	"github.com/gpuguard/gpuguard/internal/hardening"
 	"github.com/gpuguard/gpuguard/internal/policysource"
 	"github.com/gpuguard/gpuguard/internal/servingcert"
 	"github.com/gpuguard/gpuguard/policy"
@@ -86,6 +87,18 @@ type Options struct {
 	// CELBackstop.Name and leaving out CELBackstop.ExcludedNamespaces.
 	CELBackstop *cel.Options
 
+	// PrefilterWebhooks names the pod webhooks, in MutatingConfig and
+	// ValidatingConfig, that get the pre-filter as a match condition
+	// (cel.Prefilter), kept in step with the policy.
+	PrefilterWebhooks []string
+
+	// InjectVoid is the hardened-cluster profile: InjectAlways follows the
+	// policy; InjectNever puts it in force without its void injection;
+	// InjectAuto does so only while every GPU node (a node with any of
+	// GPUNodeLabels) reports itself hardened (hardening.HardenedLabel).
+	InjectVoid    InjectVoid
+	GPUNodeLabels []hardening.Label
+
 	// Audit, when set, runs the background audit (and writes OpenReports).
 	Audit *backgroundaudit.Options
 
@@ -121,6 +134,10 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	source := NewPolicySource(m, o.Log.WithName("policy"))
+	if o.InjectVoid == InjectNever {
+		_, _ = source.SetInjectionOff(true) // nothing is loaded yet: it cannot fail
+		m.InjectionOff.Set(1)
+	}
 	in := reviewInputs{}
 	if o.PolicyFile != "" {
 		err = loadPolicyFile(source, o.PolicyFile)
@@ -158,6 +175,18 @@ func (o Options) validate() error {
 	if err := o.limits().Validate(); err != nil {
 		return err
 	}
+	switch o.InjectVoid {
+	case "", InjectAlways, InjectNever:
+	case InjectAuto:
+		if o.PolicyFile != "" {
+			return errors.New("--inject-void=auto follows the GPU nodes' reports and needs an API server; it cannot run with --policy-file")
+		}
+		if len(o.GPUNodeLabels) == 0 {
+			return errors.New("--inject-void=auto needs at least one --gpu-node-label to tell GPU nodes")
+		}
+	default:
+		return fmt.Errorf("--inject-void %q: want always, auto or never", o.InjectVoid)
+	}
 	if o.PolicyFile != "" {
 		return nil
 	}
@@ -169,6 +198,16 @@ func (o Options) validate() error {
 	}
 	return nil
 }
+
+// InjectVoid is the hardened-cluster profile (--inject-void).
+type InjectVoid string
+
+// The profiles.
+const (
+	InjectAlways InjectVoid = "always"
+	InjectAuto   InjectVoid = "auto"
+	InjectNever  InjectVoid = "never"
+)
 
 // standaloneConfig stands in for an API server in standalone mode. The
 // manager needs one to be built, but nothing is read or watched through it:

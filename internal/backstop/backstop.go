@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,15 +15,15 @@ import (
 
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/policy"
 )
 
 // Sync keeps the CEL backstop (ValidatingAdmissionPolicy and
 // MutatingAdmissionPolicy with their bindings) in step with the policy in force,
-// by server-side apply after every load. The webhook renders it with the same
-// code as `gpuguard render-cel`, from the live ConfigMap, so an edit reaches both
-// at once and there is one source of truth. The objects outlive the webhook: that
-// is the point of a backstop.
+// by server-side apply after every load, and periodically (the webhook's
+// reapplier) so that an object deleted or edited by hand comes back. The
+// webhook renders it with the same code as `gpuguard render-cel`, from the
+// live ConfigMap, so an edit reaches both at once and there is one source of
+// truth. The objects outlive the webhook: that is the point of a backstop.
 type Sync struct {
 	Client client.Client
 	// Reader reads the owner straight from the API server, without a watch.
@@ -37,28 +36,6 @@ type Sync struct {
 	// backstop objects, so that removing gpuguard (helm uninstall deletes that
 	// configuration) garbage-collects them too.
 	Owner string
-	// Source is the policy in force, re-applied periodically.
-	Source interface{ Engine() *policy.Engine }
-}
-
-// reapplyEvery is how often the backstop is applied again, whatever happened: a
-// policy or binding deleted or edited by hand comes back within this time.
-const reapplyEvery = time.Minute
-
-// Start re-applies the backstop periodically until ctx is done (manager.Runnable).
-func (b *Sync) Start(ctx context.Context) error {
-	tick := time.NewTicker(reapplyEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-			if e := b.Source.Engine(); e != nil {
-				_ = b.Apply(ctx, e.Policy()) // logged and counted in Apply
-			}
-		}
-	}
 }
 
 // fieldOwner is the server-side apply field manager of the backstop objects.

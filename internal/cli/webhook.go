@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/internal/backgroundaudit"
+	"github.com/gpuguard/gpuguard/internal/hardening"
 	"github.com/gpuguard/gpuguard/internal/kubeconfig"
 	"github.com/gpuguard/gpuguard/internal/logging"
 	"github.com/gpuguard/gpuguard/internal/memlimit"
@@ -26,6 +27,7 @@ type webhookFlags struct {
 	backstop        bool
 	backstopOptions cel.Options
 	audit           backgroundaudit.Options
+	gpuNodeLabels   []string
 }
 
 func newWebhookCommand() *cobra.Command {
@@ -88,6 +90,9 @@ mounted Secret.`,
 	fl.BoolVar(&f.backstop, "cel-backstop", false, "keep the policy's CEL backstop (ValidatingAdmissionPolicy and MutatingAdmissionPolicy) applied in the cluster")
 	fl.StringVar(&f.backstopOptions.Name, "cel-backstop-name", cel.DefaultName, "name of the CEL backstop's policies and bindings")
 	fl.StringArrayVar(&f.backstopOptions.ExcludedNamespaces, "cel-backstop-exclude-namespace", nil, "namespace the CEL backstop leaves out (repeatable; kube-system and kube-node-lease always are)")
+	fl.StringArrayVar(&o.PrefilterWebhooks, "prefilter-webhook", nil, "keep the policy's pre-filter as a match condition on this webhook of --mutating-webhook-configuration or --validating-webhook-configuration (repeatable; the pod webhooks), so the API server calls it only for pods the policy has something to say about")
+	fl.StringVar((*string)(&o.InjectVoid), "inject-void", string(webhook.InjectAlways), "the hardened-cluster profile: always (as the policy says), never (no void injection, whatever the policy says), or auto: off only while every GPU node's agent reports gpuguard.io/hardened=true, back on as soon as one does not")
+	fl.StringArrayVar(&f.gpuNodeLabels, "gpu-node-label", []string{"nvidia.com/gpu.present=true", "feature.node.kubernetes.io/pci-10de.present=true"}, "KEY=VALUE of a label that makes a node a GPU node, for --inject-void=auto (repeatable; any one is enough)")
 	fl.DurationVar(&f.audit.Interval, "audit-interval", 0, "audit what exists in the cluster this often, and after every policy change, on one elected replica (0: off)")
 	fl.BoolVar(&f.audit.Reports, "audit-reports", false, "write the background audit's results as OpenReports (openreports.io/v1alpha1 Report per namespace; needs its CRDs)")
 	fl.StringArrayVar(&f.audit.Excluded, "audit-exclude-namespace", nil, "namespace the background audit leaves out (repeatable; kube-system, kube-node-lease and the policy's always are)")
@@ -123,6 +128,16 @@ func (f *webhookFlags) run(cmd *cobra.Command) error {
 			return &exitError{exitUsage, "--cel-backstop needs an API server; it cannot run with --policy-file"}
 		}
 		f.opts.CELBackstop = &f.backstopOptions
+	}
+	for _, l := range f.gpuNodeLabels {
+		label, err := hardening.ParseLabel(l)
+		if err != nil {
+			return &exitError{exitUsage, "--gpu-node-label: " + err.Error()}
+		}
+		f.opts.GPUNodeLabels = append(f.opts.GPUNodeLabels, label)
+	}
+	if len(f.opts.PrefilterWebhooks) > 0 && (f.opts.PolicyFile != "" || f.opts.MutatingConfig == "" && f.opts.ValidatingConfig == "") {
+		return &exitError{exitUsage, "--prefilter-webhook needs an API server and the configurations that hold the webhooks (--mutating-webhook-configuration, --validating-webhook-configuration)"}
 	}
 	switch {
 	case f.audit.Interval < 0 || (f.audit.Interval > 0 && f.audit.Interval < 10*time.Second):

@@ -15,7 +15,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/gpuguard/gpuguard/config"
 )
@@ -27,6 +29,9 @@ const (
 	ReasonPolicyMissing  = "PolicyMissing"
 	ReasonPolicyFallback = "PolicyFallback"
 	ReasonBackstopFailed = "BackstopFailed"
+	// ReasonInjectionProfile: the hardened-cluster profile turned the void
+	// injection off or on.
+	ReasonInjectionProfile = "InjectionProfile"
 )
 
 // Reconciler puts the policy ConfigMap in force whenever it changes. An edit
@@ -54,6 +59,14 @@ type Reconciler struct {
 	// namespace without pods. FallbackInForce is 1 while it is in force.
 	Fallback        []byte
 	FallbackInForce prometheus.Gauge
+	// Hardening, when set, is the hardened-cluster profile
+	// (--inject-void=auto): the policy's void injection is off while it says
+	// every GPU node refuses device requests in the environment. Nodes are
+	// watched for it. InjectionOff is 1 while the injection is off.
+	Hardening interface {
+		AllHardened(ctx context.Context) (bool, string, error)
+	}
+	InjectionOff prometheus.Gauge
 
 	// applied is the hash of the policy Apply last succeeded with.
 	applied string
@@ -64,36 +77,43 @@ type Reconciler struct {
 	fallingBack bool
 }
 
-// Setup adds the reconciler to the manager, watching the ConfigMap.
+// Setup adds the reconciler to the manager, watching the ConfigMap, and the
+// Nodes' metadata when it follows their hardening.
 func (r *Reconciler) Setup(mgr manager.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).Named("policy").For(&corev1.ConfigMap{}).Complete(r)
+	b := ctrl.NewControllerManagedBy(mgr).Named("policy").For(&corev1.ConfigMap{})
+	if r.Hardening != nil {
+		b = b.WatchesMetadata(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(
+			func(context.Context, client.Object) []reconcile.Request {
+				return []reconcile.Request{{NamespacedName: hardeningKey}}
+			}))
+	}
+	return b.Complete(r)
 }
+
+// hardeningKey is the request a Node change enqueues: the GPU nodes'
+// hardening is read again, the ConfigMap is not.
+var hardeningKey = types.NamespacedName{Name: "gpu-node-hardening"}
 
 // Reconcile implements reconcile.Reconciler.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	if req.NamespacedName != r.Key {
+	switch req.NamespacedName {
+	case r.Key:
+		if err := r.reconcileConfigMap(ctx); err != nil {
+			return ctrl.Result{}, err
+		}
+	case hardeningKey:
+	default:
 		return ctrl.Result{}, nil
 	}
-	cm := &corev1.ConfigMap{}
-	err := r.Reader.Get(ctx, r.Key, cm)
-	switch {
-	case apierrors.IsNotFound(err):
-		cm = r.recordMissing(err) // Events name the ConfigMap as last seen
-		r.fallBack(cm, "the policy ConfigMap does not exist")
-	case err != nil:
+	if err := r.followHardening(ctx); err != nil {
 		return ctrl.Result{}, err
-	default:
-		r.lastSeen = cm
-		if problem := r.load(cm); problem != "" {
-			r.fallBack(cm, problem)
-		}
 	}
 	if r.Source.Engine() == nil {
 		return ctrl.Result{}, nil
 	}
 	if r.Apply != nil && r.applied != r.Source.Hash() {
 		if err := r.Apply(ctx, r.Source.Engine().Policy()); err != nil {
-			r.record(cm, corev1.EventTypeWarning, ReasonBackstopFailed, "CEL backstop not updated: %s", truncate(err.Error(), 900))
+			r.record(r.eventTarget(), corev1.EventTypeWarning, ReasonBackstopFailed, "CEL backstop or pre-filter not updated: %s", truncate(err.Error(), 900))
 			// Retried with backoff until it lands; the webhook enforces meanwhile.
 			return ctrl.Result{}, err
 		}
@@ -101,6 +121,69 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	r.checkExemptNamespaces(ctx)
 	return ctrl.Result{}, nil
+}
+
+// reconcileConfigMap reads the ConfigMap and puts its policy in force, or
+// the fallback.
+func (r *Reconciler) reconcileConfigMap(ctx context.Context) error {
+	cm := &corev1.ConfigMap{}
+	err := r.Reader.Get(ctx, r.Key, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		cm = r.recordMissing(err) // Events name the ConfigMap as last seen
+		r.fallBack(cm, "the policy ConfigMap does not exist")
+	case err != nil:
+		return err
+	default:
+		r.lastSeen = cm
+		if problem := r.load(cm); problem != "" {
+			r.fallBack(cm, problem)
+		}
+	}
+	return nil
+}
+
+// eventTarget is the object Events about the policy in force go to: the
+// ConfigMap as last seen, or a reference to it by name.
+func (r *Reconciler) eventTarget() *corev1.ConfigMap {
+	if r.lastSeen != nil {
+		return r.lastSeen
+	}
+	return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: r.Key.Namespace, Name: r.Key.Name}}
+}
+
+// followHardening applies the hardened-cluster profile: the void injection
+// is off while every GPU node reports itself hardened, and back on, with an
+// Event, as soon as one does not (or when the nodes cannot be read).
+func (r *Reconciler) followHardening(ctx context.Context) error {
+	if r.Hardening == nil {
+		return nil
+	}
+	hardened, why, err := r.Hardening.AllHardened(ctx)
+	if err != nil {
+		why = err.Error()
+	}
+	changed, serr := r.Source.SetInjectionOff(hardened && err == nil)
+	if r.InjectionOff != nil {
+		r.InjectionOff.Set(boolGauge(r.Source.InjectionOff()))
+	}
+	if changed {
+		state := "on"
+		if r.Source.InjectionOff() {
+			state = "off"
+		}
+		r.Log.Info("void injection "+state+" (hardened-cluster profile)", "why", why, "policyHash", r.Source.Hash())
+		r.record(r.eventTarget(), corev1.EventTypeNormal, ReasonInjectionProfile, "void injection %s: %s (policy %s in force)", state, why, r.Source.Hash())
+	}
+	return errors.Join(err, serr)
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // load puts the ConfigMap's policy in force; when it cannot, it records why

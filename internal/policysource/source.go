@@ -30,6 +30,14 @@ type Metrics struct {
 // good policy stays.
 type Source struct {
 	current atomic.Pointer[activePolicy]
+	// loaded is the last document that loaded, kept to put it in force again
+	// when the profile changes.
+	loaded atomic.Pointer[loadedPolicy]
+	// injectionOff is the hardened-cluster profile: the policy is put in
+	// force without its void injection (SetInjectionOff).
+	injectionOff atomic.Bool
+	// mu orders rebuilds: a load and a profile change never interleave.
+	mu      sync.Mutex
 	metrics Metrics
 	log     logr.Logger
 	// loadedOnce is closed when the first policy is in force.
@@ -41,6 +49,12 @@ type activePolicy struct {
 	engine *policy.Engine
 	hash   string
 	source string
+}
+
+type loadedPolicy struct {
+	source string
+	data   []byte
+	policy *config.Policy
 }
 
 // New makes an empty source; Ready fails until Load succeeds.
@@ -73,16 +87,65 @@ func (s *Source) Hash() string {
 // Load parses a policy document (or a ConfigMap manifest holding one) and puts it in
 // force. It reports whether the policy changed.
 func (s *Source) Load(source string, data []byte) (changed bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	p, err := config.Load(source, data)
 	if err == nil {
 		var e *policy.Engine
-		if e, err = policy.New(p); err == nil {
-			return s.install(source, data, e), nil
+		if e, err = policy.New(s.profile(p)); err == nil {
+			s.loaded.Store(&loadedPolicy{source: source, data: data, policy: p})
+			return s.install(source, s.profileData(p, data), e), nil
 		}
 	}
 	s.metrics.Reloads.WithLabelValues("error").Inc()
 	s.log.Error(err, "policy not loaded; the last good policy stays in force", "source", source, "policyHash", s.Hash())
 	return false, err
+}
+
+// SetInjectionOff turns the hardened-cluster profile on or off: while on,
+// the loaded policy is in force without its void injection (injectVoid
+// false), for clusters whose GPU nodes all refuse device requests in the
+// environment. It reports whether the policy in force changed.
+func (s *Source) SetInjectionOff(off bool) (changed bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.injectionOff.Swap(off) == off {
+		return false, nil
+	}
+	l := s.loaded.Load()
+	if l == nil {
+		return false, nil
+	}
+	e, err := policy.New(s.profile(l.policy))
+	if err != nil {
+		return false, err
+	}
+	s.log.Info("hardened-cluster profile changed", "injectionOff", off)
+	return s.install(l.source, s.profileData(l.policy, l.data), e), nil
+}
+
+// InjectionOff says whether the hardened-cluster profile is on.
+func (s *Source) InjectionOff() bool { return s.injectionOff.Load() }
+
+// profile is the policy as put in force under the current profile.
+func (s *Source) profile(p *config.Policy) *config.Policy {
+	if !s.injectionOff.Load() || !p.Spec.InjectVoid {
+		return p
+	}
+	off := *p
+	off.Spec.InjectVoid = false
+	return &off
+}
+
+// profileData is what the policy in force is hashed from: the document,
+// marked when the profile changed it, so that a profile change is a policy
+// change for everything that follows the hash (the backstop, the
+// pre-filter, metrics).
+func (s *Source) profileData(p *config.Policy, data []byte) []byte {
+	if !s.injectionOff.Load() || !p.Spec.InjectVoid {
+		return data
+	}
+	return append(append([]byte(nil), data...), "\n# hardened-cluster profile: injectVoid off\n"...)
 }
 
 func (s *Source) install(source string, data []byte, e *policy.Engine) bool {

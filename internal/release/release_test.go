@@ -227,7 +227,9 @@ func TestPushPinsTheChartToTheImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	var values struct {
-		Webhook, Agent struct{ Image struct{ Repository, Digest string } }
+		Webhook, Agent struct {
+			Image struct{ Repository, Digest string }
+		}
 	}
 	for _, f := range c.Raw {
 		if f.Name == "values.yaml" {

@@ -1,0 +1,62 @@
+package cel
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/policy/celexpr"
+)
+
+// PrefilterName names the match condition that keeps pods with nothing for
+// gpuguard to do from its webhooks and its backstop.
+const PrefilterName = "gpuguard-has-work"
+
+// Prefilter is a CEL condition over an admission request that holds
+// whenever the policy may have anything to say about it: every registered
+// rule's trigger, ORed. A pod for which it does not hold is one the engine
+// admits unchanged, without a warning (TestPrefilterIsSafe holds it against
+// the engine on every fixture, and FuzzParity on generated pods), so
+// neither the webhooks nor the backstop need to see it. Requests for other
+// kinds (a Binding, a pod controller) always pass.
+//
+// It reads only object, oldObject and request, so the API server can
+// evaluate it as a webhook's or a policy's match condition. A pod that needs
+// NVIDIA_VISIBLE_DEVICES=void passes (inject-void's trigger), and one that
+// has it does not: after the MutatingAdmissionPolicy has injected it, the
+// webhooks see no more of an ordinary pod.
+func Prefilter(p *config.Policy) (string, error) {
+	r, err := newRules(p)
+	if err != nil {
+		return "", err
+	}
+	return r.prefilter(), nil
+}
+
+func (r *rules) prefilter() string {
+	in := r.input()
+	var pods, containers []string
+	for _, rule := range policy.Registry() {
+		if rule.Trigger == nil {
+			continue
+		}
+		t := rule.Trigger(in)
+		if t == nil {
+			continue
+		}
+		if t.Pod != "" && !slices.Contains(pods, t.Pod) {
+			pods = append(pods, t.Pod)
+		}
+		if t.Container != "" && !slices.Contains(containers, t.Container) {
+			containers = append(containers, t.Container)
+		}
+	}
+	if len(containers) > 0 {
+		anyTrigger := celexpr.Or(containers...)
+		for _, l := range containerLists {
+			pods = append(pods, fmt.Sprintf("has(object.spec.%[1]s) && object.spec.%[1]s.exists(c, %[2]s)", l.field, anyTrigger))
+		}
+	}
+	return `request.kind.kind != "Pod" || ` + celexpr.Or(pods...)
+}

@@ -1,0 +1,117 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/internal/hardening"
+)
+
+// gpuNodeLabel marks this test's Nodes as GPU nodes (the suite's control
+// plane has no kubelet; the Nodes are API objects, as the agents' reports
+// are labels on them).
+const gpuNodeLabel = "e2e.gpuguard.io/gpu"
+
+// TestHardenedProfileFollowsTheNodes runs the webhook, and its backstop,
+// with --inject-void=auto as the only gpuguard the API server calls. While
+// every GPU node reports gpuguard.io/hardened=true, a plain pod is stored
+// without void; a violating pod is still denied; when one GPU node stops
+// reporting it, void is injected again, by the webhook and by the backstop.
+func TestHardenedProfileFollowsTheNodes(t *testing.T) {
+	ctx := context.Background()
+	const name = "gpuguard-hardened"
+	nodes := []string{"gpu-hardened-a", "gpu-hardened-b"}
+	for _, n := range nodes {
+		setNodeLabels(t, n, map[string]string{gpuNodeLabel: "true", hardening.HardenedLabel: "true"})
+	}
+	wh := startClusterWebhook(t, "gpuguard-hardened", "--cel-backstop", "--cel-backstop-name", name,
+		"--cel-backstop-exclude-namespace", releaseNS, "--validating-webhook-configuration", s.Configs.Validating.Name,
+		"--inject-void=auto", "--gpu-node-label", gpuNodeLabel+"=true")
+	if err := wh.WaitReady(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	s.Configs.PointAt(wh.Port, s.CA.PEM)
+	defer func() {
+		_ = wh.Stop()
+		removeBackstop(ctx, t, name)
+		for _, n := range nodes {
+			_ = s.cp.Client.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
+		}
+		s.Configs.PointAt(s.Webhook.Port, s.CA.PEM)
+		if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
+			t.Error(err)
+		}
+		if err := s.waitEnforcing(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
+		t.Fatal(err)
+	}
+	waitVoid(t, wh, false)
+	if _, err := s.cp.Client.CoreV1().Pods(enforceNS).Create(ctx, withEnv(plainPod("miner"), allGPUs),
+		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
+		t.Error("with the injection off, a pod with NVIDIA_VISIBLE_DEVICES=all must still be denied")
+	}
+	setNodeLabels(t, nodes[1], map[string]string{hardening.HardenedLabel: "false"})
+	waitVoid(t, wh, true)
+	// The backstop alone follows too: with the webhooks gone, its
+	// MutatingAdmissionPolicy injects again.
+	if err := s.Configs.Remove(ctx, s.cp.Client); err != nil {
+		t.Fatal(err)
+	}
+	waitVoid(t, wh, true)
+}
+
+// waitVoid waits until a plain pod is stored with void (want) or without,
+// and the webhook's gauge says the same.
+func waitVoid(t *testing.T, wh *framework.Webhook, want bool) {
+	t.Helper()
+	ctx := context.Background()
+	var last string
+	err := framework.Poll(ctx, time.Minute, func() (bool, error) {
+		p, err := s.cp.Client.CoreV1().Pods(enforceNS).Create(ctx, plainPod("notebook"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		m, err := wh.Metrics(ctx)
+		if err != nil {
+			return false, err
+		}
+		voided := lastEnv(p.Spec.Containers[0], "NVIDIA_VISIBLE_DEVICES") == "void"
+		last = fmt.Sprintf("env %v, gpuguard_void_injection_off %v", p.Spec.Containers[0].Env, m["gpuguard_void_injection_off"])
+		return voided == want && (m["gpuguard_void_injection_off"] == 1) != want, nil
+	})
+	if err != nil {
+		t.Fatalf("want a plain pod stored with void=%v: %v (last: %s)\n%s", want, err, last, framework.Tail(wh.Log))
+	}
+}
+
+// setNodeLabels creates the Node, or merges labels into it.
+func setNodeLabels(t *testing.T, name string, labels map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	nodes := s.cp.Client.CoreV1().Nodes()
+	_, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+	if err == nil {
+		return
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodes.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}

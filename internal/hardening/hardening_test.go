@@ -1,0 +1,59 @@
+package hardening
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+var gpuLabels = []Label{{"nvidia.com/gpu.present", "true"}, {"feature.node.kubernetes.io/pci-10de.present", "true"}}
+
+func node(name string, labels map[string]string) client.Object {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+}
+
+func TestAllHardened(t *testing.T) {
+	hardenedGFD := node("gfd", map[string]string{"nvidia.com/gpu.present": "true", HardenedLabel: "true"})
+	hardenedNFD := node("nfd", map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true", HardenedLabel: "true"})
+	cpu := node("cpu", map[string]string{"kubernetes.io/os": "linux"})
+	for _, tc := range []struct {
+		name  string
+		nodes []client.Object
+		want  bool
+		why   string
+	}{
+		{"no node", nil, false, "no GPU node"},
+		{"CPU nodes only", []client.Object{cpu}, false, "no GPU node"},
+		{"every GPU node hardened, by either label", []client.Object{hardenedGFD, hardenedNFD, cpu}, true, "all 2 GPU nodes"},
+		{"one GPU node without the label", []client.Object{hardenedGFD, node("new", map[string]string{"nvidia.com/gpu.present": "true"})}, false, "GPU node new does not report"},
+		{"one GPU node reporting false", []client.Object{hardenedNFD, node("soft", map[string]string{"nvidia.com/gpu.present": "true", HardenedLabel: "false"})}, false, "GPU node soft"},
+		{"a GPU label with another value is no GPU node", []client.Object{hardenedGFD, node("off", map[string]string{"nvidia.com/gpu.present": "false"})}, true, "all 1 GPU nodes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &Nodes{Reader: fake.NewClientBuilder().WithObjects(tc.nodes...).Build(), GPUNodeLabels: gpuLabels}
+			got, why, err := n.AllHardened(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want || !strings.Contains(why, tc.why) {
+				t.Errorf("got %v (%s), want %v (%s)", got, why, tc.want, tc.why)
+			}
+		})
+	}
+}
+
+func TestParseLabel(t *testing.T) {
+	if l, err := ParseLabel("a/b=c=d"); err != nil || l != (Label{"a/b", "c=d"}) {
+		t.Errorf("got %v, %v", l, err)
+	}
+	for _, bad := range []string{"", "novalue", "=x"} {
+		if _, err := ParseLabel(bad); err == nil {
+			t.Errorf("%q: want an error", bad)
+		}
+	}
+}
