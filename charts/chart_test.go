@@ -945,15 +945,7 @@ func TestValuesRejected(t *testing.T) {
 // when turned off, neither; and the pods' webhook may fail open only with it.
 func TestBackstop(t *testing.T) {
 	c := loadChart(t)
-	args := func(r *chartrender.Release) string {
-		for _, d := range r.Documents(false) {
-			if strings.Contains(d, "\nkind: Deployment") {
-				return d
-			}
-		}
-		t.Fatal("no Deployment rendered")
-		return ""
-	}
+	args := func(r *chartrender.Release) string { return webhookDeployment(t, r) }
 	on, err := chartrender.Render(c, releaseName, namespace, nil, clusterAPIs...)
 	if err != nil {
 		t.Fatal(err)
@@ -1167,21 +1159,25 @@ func TestPDBLeavesDrainsPossible(t *testing.T) {
 	}
 }
 
+// webhookDeployment is the rendered webhook Deployment, as text.
+func webhookDeployment(t *testing.T, r *chartrender.Release) string {
+	t.Helper()
+	for _, d := range r.Documents(false) {
+		if strings.Contains(d, "\nkind: Deployment") {
+			return d
+		}
+	}
+	t.Fatal("no Deployment rendered")
+	return ""
+}
+
 // TestAdmissionProfile: the pre-filter is on by default and can be turned
 // off (then the webhook neither gets the flag nor may patch its
 // configurations); --inject-void=auto reads the GPU nodes the agent runs
 // on, and is refused without the agents' node labels.
 func TestAdmissionProfile(t *testing.T) {
 	c := loadChart(t)
-	deployment := func(r *chartrender.Release) string {
-		for _, d := range r.Documents(false) {
-			if strings.Contains(d, "\nkind: Deployment") {
-				return d
-			}
-		}
-		t.Fatal("no Deployment rendered")
-		return ""
-	}
+	deployment := func(r *chartrender.Release) string { return webhookDeployment(t, r) }
 	off, err := chartrender.Render(c, releaseName, namespace, map[string]any{"admission": map[string]any{"prefilter": false}}, clusterAPIs...)
 	if err != nil {
 		t.Fatal(err)
@@ -1209,5 +1205,29 @@ func TestAdmissionProfile(t *testing.T) {
 	}
 	if _, err := chartrender.Render(c, releaseName, namespace, map[string]any{"admission": map[string]any{"injectVoid": "sometimes"}}, clusterAPIs...); err == nil {
 		t.Error("injectVoid=sometimes must be refused by the schema")
+	}
+}
+
+// TestAgentSecurityContext: privileged root by default; agent.securityContext
+// replaces it whole.
+func TestAgentSecurityContext(t *testing.T) {
+	c := loadChart(t)
+	agentContainer := func(values map[string]any) corev1.Container {
+		r, err := chartrender.Render(c, releaseName, namespace, values, clusterAPIs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds := one[*appsv1.DaemonSet](t, decodeAll(t, r.Documents(false)))
+		return ds.Spec.Template.Spec.Containers[0]
+	}
+	def := agentContainer(nil).SecurityContext
+	if def == nil || def.Privileged == nil || !*def.Privileged {
+		t.Errorf("by default the agent is privileged: %+v", def)
+	}
+	least := agentContainer(map[string]any{"agent": map[string]any{"securityContext": map[string]any{
+		"runAsUser": 0, "allowPrivilegeEscalation": false, "capabilities": map[string]any{"drop": []any{"ALL"}, "add": []any{"SYS_PTRACE"}}}}}).SecurityContext
+	if least.Privileged != nil || least.AllowPrivilegeEscalation == nil || *least.AllowPrivilegeEscalation ||
+		least.Capabilities == nil || len(least.Capabilities.Add) != 1 || least.Capabilities.Add[0] != "SYS_PTRACE" {
+		t.Errorf("agent.securityContext must replace the default whole: %+v", least)
 	}
 }

@@ -116,14 +116,19 @@ func newBenchBackends(b *testing.B) *benchBackends {
 		full: full, hardened: hardened, minimal: minimalPolicies(full), applyMAP: applyConfigurationPolicies(full), filtered: filteredConfigs(b)}
 }
 
+// renamedCopy is a copy of the policies and bindings under another name.
+func renamedCopy(full *cel.Policies, name string) *cel.Policies {
+	m := &cel.Policies{Validating: full.Validating.DeepCopy(), ValidatingBinding: full.ValidatingBinding.DeepCopy(),
+		Mutating: full.Mutating.DeepCopy(), MutatingBinding: full.MutatingBinding.DeepCopy()}
+	m.Validating.Name, m.ValidatingBinding.Name, m.ValidatingBinding.Spec.PolicyName = name, name, name
+	m.Mutating.Name, m.MutatingBinding.Name, m.MutatingBinding.Spec.PolicyName = name, name, name
+	return m
+}
+
 // minimalPolicies are the smallest policies of gpuguard's shape: its match
 // rules and bindings, one validation and one JSON Patch, no variables.
 func minimalPolicies(full *cel.Policies) *cel.Policies {
-	m := &cel.Policies{Validating: full.Validating.DeepCopy(), ValidatingBinding: full.ValidatingBinding.DeepCopy(),
-		Mutating: full.Mutating.DeepCopy(), MutatingBinding: full.MutatingBinding.DeepCopy()}
-	const name = "bench-minimal"
-	m.Validating.Name, m.ValidatingBinding.Name, m.ValidatingBinding.Spec.PolicyName = name, name, name
-	m.Mutating.Name, m.MutatingBinding.Name, m.MutatingBinding.Spec.PolicyName = name, name, name
+	m := renamedCopy(full, "bench-minimal")
 	m.Validating.Spec.Variables, m.Validating.Spec.MatchConditions = nil, nil
 	m.Validating.Spec.Validations = []admissionregistrationv1.Validation{{
 		Expression: "object.spec.containers.all(c, !has(c.env) || c.env.all(e, e.name != 'NVIDIA_VISIBLE_DEVICES' || e.value == 'void'))",
@@ -143,11 +148,7 @@ func minimalPolicies(full *cel.Policies) *cel.Policies {
 // variable merged to void by name (replacing a value rather than appending
 // after it, which an ApplyConfiguration cannot do).
 func applyConfigurationPolicies(full *cel.Policies) *cel.Policies {
-	m := &cel.Policies{Validating: full.Validating.DeepCopy(), ValidatingBinding: full.ValidatingBinding.DeepCopy(),
-		Mutating: full.Mutating.DeepCopy(), MutatingBinding: full.MutatingBinding.DeepCopy()}
-	const name = "bench-apply"
-	m.Validating.Name, m.ValidatingBinding.Name, m.ValidatingBinding.Spec.PolicyName = name, name, name
-	m.Mutating.Name, m.MutatingBinding.Name, m.MutatingBinding.Spec.PolicyName = name, name, name
+	m := renamedCopy(full, "bench-apply")
 	gpu := `has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(k, k.startsWith("nvidia.com/"))`
 	notVoid := `!(has(c.env) && c.env.exists(e, e.name == "NVIDIA_VISIBLE_DEVICES" && has(e.value) && e.value == "void"))`
 	var fields []string

@@ -175,6 +175,9 @@ func labelNode(t *testing.T, patch string) {
 	}
 }
 
+// leastPrivilege is the agent's securityContext in the cluster suite.
+const leastPrivilege = `{"runAsUser":0,"allowPrivilegeEscalation":false,"readOnlyRootFilesystem":true,"capabilities":{"drop":["ALL"],"add":["SYS_PTRACE"]}}`
+
 // installWithAgent installs the chart with the values this node needs for
 // the agent (its mock backend and config paths); everything else default.
 func installWithAgent(t *testing.T) {
@@ -183,9 +186,12 @@ func installWithAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	sh := newShell(t)
+	// The least privilege docs/agent.md gives the device plugin and the
+	// verifier: root without privilege, every capability dropped but
+	// SYS_PTRACE (the verifier reads other containers' /proc/<pid>/root).
 	install := fmt.Sprintf("helm install gpuguard oci://$REGISTRY/charts/gpuguard -n %s --create-namespace --wait --timeout 4m"+
 		" --set agent.deviceListStrategy=envvar --set agent.cdiSpec=toolkit --set agent.hostPaths.cdiSpecDir=%s"+
-		" --set-json 'agent.extraArgs=%s'", gpuReleaseNS, s.node.CDIDir(), args)
+		" --set-json 'agent.extraArgs=%s' --set-json 'agent.securityContext=%s'", gpuReleaseNS, s.node.CDIDir(), args, leastPrivilege)
 	if out, err := sh.run(install); err != nil {
 		t.Fatalf("%s: %v\n%s\n%s", install, err, out, s.node.LogTails())
 	}

@@ -81,13 +81,15 @@ The policy document the ConfigMap holds.
 */}}
 {{- define "gpuguard.policyDocument" -}}
 {{- $p := .Values.policy -}}
-{{- $preset := $p.presets.gpuOperator -}}
+{{- $pairs := include "gpuguard.presetExemptions" . | fromYamlArray -}}
+{{- $hami := $p.presets.hami.enabled -}}
+{{- $presets := or (gt (len $pairs) 0) $hami -}}
 {{- if $p.document -}}
-{{- if or $p.mode $p.spec $preset.enabled -}}
+{{- if or $p.mode $p.spec $presets -}}
 {{- fail "policy.document is a complete policy: do not combine it with policy.mode, policy.spec or policy.presets (put those settings into the document)" -}}
 {{- end -}}
 {{- $p.document -}}
-{{- else if or $p.mode $p.spec $preset.enabled -}}
+{{- else if or $p.mode $p.spec $presets -}}
 {{- $spec := deepCopy ($p.spec | default dict) -}}
 {{- if $p.mode -}}
 {{- if and (hasKey $spec "mode") (ne (toString (get $spec "mode")) $p.mode) -}}
@@ -95,17 +97,19 @@ The policy document the ConfigMap holds.
 {{- end -}}
 {{- $_ := set $spec "mode" $p.mode -}}
 {{- end -}}
-{{- if $preset.enabled -}}
+{{- if $pairs -}}
 {{- $ex := deepCopy (get $spec "exemptions" | default dict) -}}
 {{- $sas := list -}}
 {{- range (get $ex "serviceAccounts" | default list) -}}
 {{- $sas = append $sas . -}}
 {{- end -}}
-{{- range $preset.serviceAccounts -}}
-{{- $sas = append $sas (dict "namespace" $preset.namespace "name" .) -}}
-{{- end -}}
-{{- $_ := set $ex "serviceAccounts" $sas -}}
+{{- $_ := set $ex "serviceAccounts" (concat $sas $pairs) -}}
 {{- $_ := set $spec "exemptions" $ex -}}
+{{- end -}}
+{{- if $hami -}}
+{{- $builtin := get (fromYaml (.Files.Get "files/policy.yaml")) "spec" -}}
+{{- $gpu := get $spec "gpuResources" | default (get $builtin "gpuResources") -}}
+{{- $_ := set $spec "gpuResources" (concat $gpu $p.presets.hami.resources | uniq) -}}
 {{- end -}}
 # gpuguard policy rendered by the Helm chart from its values. Fields left out
 # keep the built-in default policy; a list that is set replaces the default list.
@@ -114,6 +118,69 @@ The policy document the ConfigMap holds.
 {{- else -}}
 {{- .Files.Get "files/policy.yaml" -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+Helm's usual fullname of a release of another chart: the release name when it
+contains the chart's name, else release-chart, at most 63 characters. Include
+with (list RELEASE CHART).
+*/}}
+{{- define "gpuguard.upstreamFullname" -}}
+{{- $release := index . 0 -}}
+{{- $chart := index . 1 -}}
+{{- if contains $chart $release -}}
+{{- $release | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" $release $chart | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The exemptions of the enabled presets, as a YAML list of {namespace, name}:
+each preset's namespace paired with its service accounts, listed or derived
+from its release name as its upstream chart names them.
+*/}}
+{{- define "gpuguard.presetExemptions" -}}
+{{- $ps := .Values.policy.presets -}}
+{{- $pairs := list -}}
+{{- range $key := list "gpuOperator" "nvidiaDevicePlugin" "nvidiaDRADriver" "dcgmExporter" "nodeExporter" "migManager" -}}
+{{- $preset := get $ps $key -}}
+{{- if $preset.enabled -}}
+{{- $names := $preset.serviceAccounts | default list -}}
+{{- if not $names -}}
+{{- if eq $key "nvidiaDevicePlugin" -}}
+{{- $names = list (printf "%s-service-account" (include "gpuguard.upstreamFullname" (list $preset.releaseName "nvidia-device-plugin"))) -}}
+{{- else if eq $key "nvidiaDRADriver" -}}
+{{- $sa := printf "%s-service-account" (include "gpuguard.upstreamFullname" (list $preset.releaseName $preset.chartName)) -}}
+{{- $names = list (printf "%s-kubeletplugin" $sa) (printf "%s-controller" $sa) "compute-domain-daemon-service-account" -}}
+{{- else if eq $key "dcgmExporter" -}}
+{{- $names = list (include "gpuguard.upstreamFullname" (list $preset.releaseName "dcgm-exporter")) -}}
+{{- else if eq $key "nodeExporter" -}}
+{{- $names = list (include "gpuguard.upstreamFullname" (list $preset.releaseName "prometheus-node-exporter")) -}}
+{{- end -}}
+{{- end -}}
+{{- if not $names -}}
+{{- fail (printf "policy.presets.%s: no service account to exempt; set serviceAccounts" $key) -}}
+{{- end -}}
+{{- range $names -}}
+{{- $pairs = append $pairs (dict "namespace" $preset.namespace "name" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $pairs -}}
+{{- end -}}
+
+{{/* Namespaces of the enabled presets whose workloads see GPUs they were not allocated: the verifier reports them at info level only. */}}
+{{- define "gpuguard.presetGPUNamespaces" -}}
+{{- $ps := .Values.policy.presets -}}
+{{- $out := list -}}
+{{- range $key := list "gpuOperator" "nvidiaDevicePlugin" "nvidiaDRADriver" "dcgmExporter" "migManager" -}}
+{{- $preset := get $ps $key -}}
+{{- if $preset.enabled -}}
+{{- $out = append $out $preset.namespace -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $out -}}
 {{- end -}}
 
 {{/* The policy as data, for decisions the chart takes from it. */}}

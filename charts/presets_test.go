@@ -1,0 +1,212 @@
+package charts
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/chartrender"
+	"github.com/gpuguard/gpuguard/policy"
+)
+
+// presetCase is a preset turned on, the exemptions its upstream chart's
+// names call for, and a pod shaped like that stack's workload (what gpuguard
+// denies or changes in it: NVIDIA_VISIBLE_DEVICES=all, host paths, privilege).
+type presetCase struct {
+	preset string
+	values map[string]any
+	// want are the exempt service accounts, all in namespace.
+	namespace string
+	want      []string
+	pod       func() *corev1.Pod
+}
+
+func presetCases() []presetCase {
+	return []presetCase{
+		{"nvidiaDevicePlugin", nil, "nvidia-device-plugin", []string{"nvdp-nvidia-device-plugin-service-account"}, devicePluginPod},
+		{"nvidiaDevicePlugin", map[string]any{"namespace": "gpu-feature-discovery", "releaseName": "nvidia-device-plugin"},
+			"gpu-feature-discovery", []string{"nvidia-device-plugin-service-account"}, devicePluginPod},
+		{"nvidiaDRADriver", nil, "dra-driver-nvidia-gpu", []string{"dra-driver-nvidia-gpu-service-account-kubeletplugin",
+			"dra-driver-nvidia-gpu-service-account-controller", "compute-domain-daemon-service-account"}, draPluginPod},
+		{"nvidiaDRADriver", map[string]any{"namespace": "nvidia-dra-driver-gpu", "releaseName": "nvidia-dra-driver-gpu", "chartName": "nvidia-dra-driver-gpu"},
+			"nvidia-dra-driver-gpu", []string{"nvidia-dra-driver-gpu-service-account-kubeletplugin",
+				"nvidia-dra-driver-gpu-service-account-controller", "compute-domain-daemon-service-account"}, draPluginPod},
+		{"dcgmExporter", nil, "dcgm-exporter", []string{"dcgm-exporter"}, dcgmExporterPod},
+		{"dcgmExporter", map[string]any{"releaseName": "dcgm-exporter-1712345678"}, "dcgm-exporter", []string{"dcgm-exporter-1712345678"}, dcgmExporterPod},
+		{"nodeExporter", map[string]any{"releaseName": "kps"}, "monitoring", []string{"kps-prometheus-node-exporter"}, nodeExporterPod},
+		{"migManager", nil, "nvidia-mig-manager", []string{"nvidia-mig-manager-service-account"}, migManagerPod},
+	}
+}
+
+// TestPresets: each preset exempts its namespace paired with the service
+// accounts its upstream chart creates for the given release, never a whole
+// namespace; with it, the stack's pod is admitted unchanged; without it, or
+// in another namespace, or under another service account, gpuguard still
+// acts on the same pod.
+func TestPresets(t *testing.T) {
+	c := loadChart(t)
+	for _, pc := range presetCases() {
+		t.Run(pc.preset+"/"+strings.Join(pc.want, ","), func(t *testing.T) {
+			values := map[string]any{"enabled": true}
+			for k, v := range pc.values {
+				values[k] = v
+			}
+			p := renderedPolicy(t, c, map[string]any{"policy": map[string]any{"presets": map[string]any{pc.preset: values}}})
+			if len(p.Spec.Exemptions.Namespaces) != 0 {
+				t.Errorf("a preset must not exempt whole namespaces: %v", p.Spec.Exemptions.Namespaces)
+			}
+			var got []string
+			for _, sa := range p.Spec.Exemptions.ServiceAccounts {
+				if sa.Namespace != pc.namespace {
+					t.Errorf("exemption %+v outside %s", sa, pc.namespace)
+				}
+				got = append(got, sa.Name)
+			}
+			if !slices.Equal(got, pc.want) {
+				t.Errorf("exempt service accounts %v, want %v", got, pc.want)
+			}
+			engine, err := policy.New(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := pc.pod()
+			if r := admit(t, engine, pod, pc.namespace, pc.want[0]); !r.Allowed || len(r.Patch) > 0 || r.Exempt == "" {
+				t.Errorf("with the preset, the stack's pod must be admitted unchanged as exempt: %+v", r)
+			}
+			for _, attack := range []struct{ ns, sa string }{{"tenant", pc.want[0]}, {pc.namespace, "default"}} {
+				if r := admit(t, engine, pod, attack.ns, attack.sa); r.Exempt != "" || (r.Allowed && len(r.Patch) == 0) {
+					t.Errorf("the same pod in %s as %s must still be judged: %+v", attack.ns, attack.sa, r)
+				}
+			}
+			without, err := policy.New(config.Default())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := admit(t, without, pod, pc.namespace, pc.want[0]); r.Allowed && len(r.Patch) == 0 {
+				t.Error("without the preset gpuguard must act on the stack's pod; the fixture is not shaped like it")
+			}
+		})
+	}
+}
+
+// TestHAMiPreset: HAMi's resource names count as GPU resources, so a
+// container asking only for GPU memory is not given void (HAMi's webhook
+// adds nvidia.com/gpu to it later); without the preset it is.
+func TestHAMiPreset(t *testing.T) {
+	c := loadChart(t)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "llm"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "llm", Image: "vllm", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpumem": resource.MustParse("8000")}}}}}}
+	with := renderedPolicy(t, c, map[string]any{"policy": map[string]any{"presets": map[string]any{"hami": map[string]any{"enabled": true}}}})
+	if !slices.Contains(with.Spec.GPUResources, "nvidia.com/gpu") || !slices.Contains(with.Spec.GPUResources, "nvidia.com/gpucores") {
+		t.Fatalf("gpuResources %v: want the defaults and HAMi's", with.Spec.GPUResources)
+	}
+	for _, tc := range []struct {
+		p        *config.Policy
+		wantVoid bool
+	}{{with, false}, {config.Default(), true}} {
+		engine, err := policy.New(tc.p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := admit(t, engine, pod, "team", "default")
+		if voided := len(r.Patch) > 0; voided != tc.wantVoid || !r.Allowed {
+			t.Errorf("gpuResources %v: patched %v, want %v (%+v)", tc.p.Spec.GPUResources, voided, tc.wantVoid, r)
+		}
+	}
+}
+
+// TestPresetNamespacesInVerifier: the verifier reports the GPU stacks'
+// own pods, which see GPUs by design, at info level only.
+func TestPresetNamespacesInVerifier(t *testing.T) {
+	c := loadChart(t)
+	r, err := chartrender.Render(c, releaseName, namespace, map[string]any{"policy": map[string]any{"presets": map[string]any{
+		"nvidiaDevicePlugin": map[string]any{"enabled": true}, "dcgmExporter": map[string]any{"enabled": true}, "nodeExporter": map[string]any{"enabled": true}}}},
+		clusterAPIs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(r.Raw, "--verify-exempt-namespaces=nvidia-device-plugin,dcgm-exporter\n") {
+		t.Error("the verifier must exempt the device plugin's and the DCGM exporter's namespaces, not the node exporter's")
+	}
+}
+
+func renderedPolicy(t *testing.T, c *chart.Chart, values map[string]any) *config.Policy {
+	t.Helper()
+	r, err := render(t, c, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := policyConfigMap(t, r)
+	p, err := config.Load("chart", []byte(cm.Data[config.ConfigMapKey]))
+	if err != nil {
+		t.Fatalf("the rendered policy does not load: %v\n%s", err, cm.Data[config.ConfigMapKey])
+	}
+	return p
+}
+
+func admit(t *testing.T, e *policy.Engine, pod *corev1.Pod, ns, sa string) policy.Result {
+	t.Helper()
+	p := pod.DeepCopy()
+	p.Namespace, p.Spec.ServiceAccountName = ns, sa
+	r, err := e.Admit(context.Background(), policy.Request{Operation: "CREATE", Namespace: ns, Object: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func hostPath(name, path string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}}
+}
+
+var privileged = &corev1.SecurityContext{Privileged: new(true)}
+
+// devicePluginPod is shaped like the device plugin chart's DaemonSet: the
+// NVIDIA runtime's variables and the kubelet's plugin directory.
+func devicePluginPod() *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nvdp"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "nvidia-device-plugin-ctr", Image: "k8s-device-plugin",
+			Env:          []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}, {Name: "NVIDIA_MIG_MONITOR_DEVICES", Value: "all"}},
+			VolumeMounts: []corev1.VolumeMount{{Name: "device-plugin", MountPath: "/var/lib/kubelet/device-plugins"}}}},
+		Volumes: []corev1.Volume{hostPath("device-plugin", "/var/lib/kubelet/device-plugins")}}}
+}
+
+// draPluginPod is shaped like the DRA driver's kubelet plugin: privileged,
+// with the kubelet's plugin directories and the driver root at /.
+func draPluginPod() *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "dra"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "gpus", Image: "dra-driver", SecurityContext: privileged,
+			Env: []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"}, {Name: "NVIDIA_MIG_CONFIG_DEVICES", Value: "all"}}}},
+		Volumes: []corev1.Volume{hostPath("plugins", "/var/lib/kubelet/plugins"), hostPath("driver-root", "/")}}}
+}
+
+// dcgmExporterPod is shaped like the DCGM exporter: no GPU limit and
+// nothing in its spec (its image sets NVIDIA_VISIBLE_DEVICES=all), so
+// gpuguard would give it void.
+func dcgmExporterPod() *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "dcgm-exporter"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "exporter", Image: "dcgm-exporter",
+			SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}}}}}
+}
+
+// nodeExporterPod mounts the host's / read-only.
+func nodeExporterPod() *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "node-exporter"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "node-exporter", Image: "node-exporter",
+			VolumeMounts: []corev1.VolumeMount{{Name: "root", MountPath: "/host/root", ReadOnly: true}}}},
+		Volumes: []corev1.Volume{hostPath("root", "/")}}}
+}
+
+// migManagerPod is privileged with the host's / mounted.
+func migManagerPod() *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "mig-manager"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "nvidia-mig-manager", Image: "k8s-mig-manager", SecurityContext: privileged}},
+		Volumes:    []corev1.Volume{hostPath("host-root", "/")}}}
+}
