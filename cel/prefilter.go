@@ -36,21 +36,25 @@ func Prefilter(p *config.Policy) (string, error) {
 
 func (r *rules) prefilter() string {
 	in := r.input()
-	var pods, containers []string
+	var pods, containers, env []string
+	add := func(list *[]string, pred string) {
+		if pred != "" && !slices.Contains(*list, pred) {
+			*list = append(*list, pred)
+		}
+	}
 	for _, rule := range policy.Registry() {
 		if rule.Trigger == nil {
 			continue
 		}
-		t := rule.Trigger(in)
-		if t == nil {
-			continue
+		if t := rule.Trigger(in); t != nil {
+			add(&pods, t.Pod)
+			add(&containers, t.Container)
+			add(&env, t.Env)
 		}
-		if t.Pod != "" && !slices.Contains(pods, t.Pod) {
-			pods = append(pods, t.Pod)
-		}
-		if t.Container != "" && !slices.Contains(containers, t.Container) {
-			containers = append(containers, t.Container)
-		}
+	}
+	if len(env) > 0 {
+		// One pass over each container's env for every rule that reads it.
+		containers = append([]string{"has(c.env) && c.env.exists(e, " + celexpr.Or(env...) + ")"}, containers...)
 	}
 	if len(containers) > 0 {
 		anyTrigger := celexpr.Or(containers...)

@@ -259,10 +259,10 @@ func (bb *benchBackends) installWebhooks(ctx context.Context, k webhookKind) err
 
 // filteredConfigs are the suite's webhook configurations with the
 // pre-filter of the default policy on the pod webhooks.
-func filteredConfigs(b *testing.B) *framework.WebhookConfigurations {
+func filteredConfigs(tb testing.TB) *framework.WebhookConfigurations {
 	expr, err := cel.Prefilter(config.Default())
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	cond := admissionregistrationv1.MatchCondition{Name: cel.PrefilterName, Expression: expr}
 	s.Configs.PointAt(s.Webhook.Port, s.CA.PEM)

@@ -68,7 +68,7 @@ func init() {
 		// Any device variable that is not a literal void or "": those the rule
 		// denies, and "none", which the webhook rewrites to void.
 		Trigger: func(in *CELInput) *CELTrigger {
-			return &CELTrigger{Container: fmt.Sprintf(`has(c.env) && c.env.exists(e, e.name in %s && (has(e.valueFrom) || (has(e.value) && e.value != "void")))`,
+			return &CELTrigger{Env: fmt.Sprintf(`e.name in %s && (has(e.valueFrom) || (has(e.value) && e.value != "void"))`,
 				celexpr.List(in.DeviceVars))}
 		},
 		CEL: func(in *CELInput) *CELCheck {

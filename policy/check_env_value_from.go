@@ -39,9 +39,9 @@ func init() {
 		ID:      RuleEnvValueFrom,
 		Summary: "a protected name set through `valueFrom` (its value is unknown at admission)",
 		Order:   130, ContainerCheck: checkEnvValueFrom,
-		// The CEL form is exact.
+		// The CEL form, per entry.
 		Trigger: func(in *CELInput) *CELTrigger {
-			return &CELTrigger{Container: envValueFromCEL(in)}
+			return &CELTrigger{Env: fmt.Sprintf(`e.name in %s && has(e.valueFrom)`, celexpr.List(in.Protected))}
 		},
 		CEL: func(in *CELInput) *CELCheck {
 			pred := envValueFromCEL(in)

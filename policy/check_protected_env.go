@@ -67,14 +67,12 @@ func init() {
 		ID:      RuleProtectedEnv,
 		Summary: "protected variables where the policy does not allow them",
 		Order:   120, ContainerCheck: checkProtectedEnv,
-		// The CEL form is exact; any protected variable set guards it.
+		// The CEL form, per entry: a protected variable set, and for a GPU
+		// container (whose resources are read only then) one it may not
+		// have or with a value it may not take.
 		Trigger: func(in *CELInput) *CELTrigger {
-			var names []string
-			for _, v := range in.Policy.Spec.Env.ProtectedVariables {
-				names = append(names, v.Name)
-			}
-			guard := fmt.Sprintf(`has(c.env) && c.env.exists(e, !has(e.valueFrom) && e.name in %s)`, celexpr.List(names))
-			return containerTrigger(in, guard, &CELCheck{Plain: protectedEnvCEL(in, false), GPU: protectedEnvCEL(in, true)})
+			all, gpu := protectedEnvViolations(in)
+			return &CELTrigger{Env: fmt.Sprintf("!has(e.valueFrom) && e.name in %s && (!(%s) || (%s))", celexpr.List(all), in.IsGPU, gpu)}
 		},
 		CEL: func(in *CELInput) *CELCheck {
 			return &CELCheck{Plain: protectedEnvCEL(in, false), GPU: protectedEnvCEL(in, true),
@@ -87,7 +85,18 @@ func init() {
 // on a container without GPUs, any; on a GPU container, one not allowed there
 // or with a value outside its allowedValues.
 func protectedEnvCEL(in *CELInput, gpu bool) string {
-	var all, nowhere, badValue []string
+	all, gpuViolation := protectedEnvViolations(in)
+	violation := fmt.Sprintf("e.name in %s", celexpr.List(all))
+	if gpu {
+		violation = gpuViolation
+	}
+	return fmt.Sprintf(`has(c.env) && c.env.exists(e, !has(e.valueFrom) && (%s))`, violation)
+}
+
+// protectedEnvViolations are the protected variables' names, and the
+// predicate over an env entry e that breaks the rule in a GPU container.
+func protectedEnvViolations(in *CELInput) (all []string, gpu string) {
+	var nowhere, badValue []string
 	for _, v := range in.Policy.Spec.Env.ProtectedVariables {
 		all = append(all, v.Name)
 		switch {
@@ -98,9 +107,5 @@ func protectedEnvCEL(in *CELInput, gpu bool) string {
 				celexpr.Str(v.Name), celexpr.List(v.AllowedValues)))
 		}
 	}
-	violation := fmt.Sprintf("e.name in %s", celexpr.List(all))
-	if gpu {
-		violation = celexpr.Or(append([]string{fmt.Sprintf("e.name in %s", celexpr.List(nowhere))}, badValue...)...)
-	}
-	return fmt.Sprintf(`has(c.env) && c.env.exists(e, !has(e.valueFrom) && (%s))`, violation)
+	return all, celexpr.Or(append([]string{fmt.Sprintf("e.name in %s", celexpr.List(nowhere))}, badValue...)...)
 }

@@ -61,24 +61,11 @@ type CELInput struct {
 }
 
 // CELTrigger is a rule's trigger: a predicate over any container c of the
-// pod, whatever its kind (Container), or over the request (Pod), or both.
+// pod, whatever its kind (Container), over any env entry e of such a
+// container (Env; it may read c too), or over the request (Pod). The
+// pre-filter tests every rule's Env in one pass over each container's env.
 type CELTrigger struct {
-	Container, Pod string
-}
-
-// containerTrigger is the trigger of a container rule whose CEL form is
-// exact (no gap) and rendered at every severity: the form itself, by the
-// container's class, behind guard, a cheaper predicate that holds wherever
-// either form does, so that most containers are passed without reading
-// their resources.
-func containerTrigger(in *CELInput, guard string, check *CELCheck) *CELTrigger {
-	or := func(p string) string {
-		if p == "" {
-			return "false"
-		}
-		return p
-	}
-	return &CELTrigger{Container: fmt.Sprintf("(%s) && ((%s) ? (%s) : (%s))", guard, in.IsGPU, or(check.GPU), or(check.Plain))}
+	Container, Env, Pod string
 }
 
 // CELCheck is a rule's validation in the CEL backstop. A container rule

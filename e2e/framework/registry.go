@@ -66,10 +66,15 @@ func (r *Registry) Transport() http.RoundTripper {
 	return t
 }
 
-// Stop closes the registry.
+// Stop closes the registry: gracefully for a few seconds, then whatever
+// connection a client left open (Shutdown alone waits for it forever).
 func (r *Registry) Stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	if err := r.srv.Shutdown(ctx); err != nil {
-		return err
+		if cerr := r.srv.Close(); cerr != nil {
+			return errors.Join(err, cerr)
+		}
 	}
 	if err := <-r.done; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("registry: %w", err)

@@ -1,0 +1,51 @@
+package cel_test
+
+import (
+	"context"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/admission"
+
+	"github.com/gpuguard/gpuguard/cel"
+	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/celeval"
+)
+
+// BenchmarkPrefilter evaluates the pre-filter, as the API server's match
+// condition code does, on the benchmark's pod after the backstop's
+// injection (an init container and a plain container with void, a GPU
+// container): the work every ordinary pod costs each webhook and policy.
+func BenchmarkPrefilter(b *testing.B) {
+	expr, err := cel.Prefilter(config.Default())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("prefilter", func(b *testing.B) { benchCondition(b, expr) })
+	// The same request through a condition that reads the pod's name only:
+	// what any match condition costs.
+	b.Run("reference", func(b *testing.B) { benchCondition(b, `object.metadata.name == "other"`) })
+}
+
+func benchCondition(b *testing.B, expr string) {
+	cond, err := celeval.NewCondition(admissionregistrationv1.MatchCondition{Name: cel.PrefilterName, Expression: expr})
+	if err != nil {
+		b.Fatal(err)
+	}
+	void := []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "team"}, Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "init", Image: "busybox", Env: void}},
+		Containers: []corev1.Container{{Name: "app", Image: "busybox", Env: void}, {Name: "train", Image: "cuda",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}}}}
+	req := celeval.Request{Operation: admission.Create, Namespace: "team", Object: pod}
+	ctx := context.Background()
+	for b.Loop() {
+		ok, err := cond.Holds(ctx, req)
+		if err != nil || ok {
+			b.Fatalf("the pre-filter holds (%v, %v) for an ordinary pod after injection", ok, err)
+		}
+	}
+}
