@@ -59,7 +59,10 @@ func newRules(p *config.Policy) (*rules, error) {
 		if err != nil {
 			return nil, err
 		}
-		patterns = append(patterns, fmt.Sprintf("k.matches(%s)", celexpr.Str(re)))
+		// The literal head of the pattern first: most keys (cpu, memory) fail
+		// it without running the regular expression.
+		head := g[:strings.IndexAny(g, "*?")]
+		patterns = append(patterns, fmt.Sprintf("k.startsWith(%s) && k.matches(%s)", celexpr.Str(head), celexpr.Str(re)))
 	}
 	isGPUName := celexpr.Or(append([]string{fmt.Sprintf("k in %s", celexpr.List(exact))}, patterns...)...)
 	r.gpu = fmt.Sprintf(`has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(k, (%s) && quantity(string(c.resources.limits[k])).isGreaterThan(quantity("0")))`, isGPUName)
