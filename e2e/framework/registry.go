@@ -54,6 +54,12 @@ func StartRegistry(dir string) (*Registry, error) {
 	r.srv = &http.Server{
 		Handler:           ggcrregistry.New(ggcrregistry.WithReferrersSupport(true), ggcrregistry.Logger(log.New(io.Discard, "", 0))),
 		ReadHeaderTimeout: 30 * time.Second,
+		// HTTP/1.1 only. The in-memory registry reads an upload's body while
+		// holding its blob lock; over HTTP/2 two concurrent uploads share one
+		// connection's flow-control window, the second, waiting for the lock,
+		// stops reading, and the first never gets the rest of its body (a push
+		// hung that way). One connection per upload keeps them apart.
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
 	}
 	go func() { r.done <- r.srv.ServeTLS(ln, crt, key) }()
 	return r, nil
