@@ -31,7 +31,7 @@ func Prefilter(p *config.Policy) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return r.prefilter(), nil
+	return r.hasWork, nil
 }
 
 func (r *rules) prefilter() string {

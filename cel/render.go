@@ -201,7 +201,7 @@ func (r *rules) validatingPolicy(name string) *admissionregistrationv1.Validatin
 			MatchConstraints: podRules([2]string{"CREATE", "pods"}, [2]string{"UPDATE", "pods"}, [2]string{"UPDATE", "pods/ephemeralcontainers"},
 				[2]string{"UPDATE", "pods/status"}),
 			MatchConditions: append([]admissionregistrationv1.MatchCondition{{Name: "annotations-changed-on-status", Expression: AnnotationsChanged}},
-				append(r.exemptions(), admissionregistrationv1.MatchCondition{Name: PrefilterName, Expression: r.prefilter()})...),
+				append(r.exemptions(), admissionregistrationv1.MatchCondition{Name: PrefilterName, Expression: r.hasWork})...),
 			Variables:   r.variables(),
 			Validations: validations,
 		},

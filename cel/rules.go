@@ -48,6 +48,9 @@ type rules struct {
 	gpu        string   // c is a GPU container
 	deviceVars []string // NVIDIA_VISIBLE_DEVICES and the extra device variables
 	protected  []string // every protected name, device variables included
+	// hasWork is the pre-filter, rendered once for every policy and webhook
+	// that carries it.
+	hasWork string
 }
 
 func newRules(p *config.Policy) (*rules, error) {
@@ -66,6 +69,7 @@ func newRules(p *config.Policy) (*rules, error) {
 	}
 	isGPUName := celexpr.Or(append([]string{fmt.Sprintf("k in %s", celexpr.List(exact))}, patterns...)...)
 	r.gpu = fmt.Sprintf(`has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(k, (%s) && quantity(string(c.resources.limits[k])).isGreaterThan(quantity("0")))`, isGPUName)
+	r.hasWork = r.prefilter()
 	return r, nil
 }
 

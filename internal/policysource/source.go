@@ -92,9 +92,10 @@ func (s *Source) Load(source string, data []byte) (changed bool, err error) {
 	p, err := config.Load(source, data)
 	if err == nil {
 		var e *policy.Engine
-		if e, err = policy.New(s.profile(p)); err == nil {
+		inForce, hashed := s.inForce(p, data)
+		if e, err = policy.New(inForce); err == nil {
 			s.loaded.Store(&loadedPolicy{source: source, data: data, policy: p})
-			return s.install(source, s.profileData(p, data), e), nil
+			return s.install(source, hashed, e), nil
 		}
 	}
 	s.metrics.Reloads.WithLabelValues("error").Inc()
@@ -116,36 +117,29 @@ func (s *Source) SetInjectionOff(off bool) (changed bool, err error) {
 	if l == nil {
 		return false, nil
 	}
-	e, err := policy.New(s.profile(l.policy))
+	inForce, hashed := s.inForce(l.policy, l.data)
+	e, err := policy.New(inForce)
 	if err != nil {
 		return false, err
 	}
 	s.log.Info("hardened-cluster profile changed", "injectionOff", off)
-	return s.install(l.source, s.profileData(l.policy, l.data), e), nil
+	return s.install(l.source, hashed, e), nil
 }
 
 // InjectionOff says whether the hardened-cluster profile is on.
 func (s *Source) InjectionOff() bool { return s.injectionOff.Load() }
 
-// profile is the policy as put in force under the current profile.
-func (s *Source) profile(p *config.Policy) *config.Policy {
+// inForce is the loaded policy as put in force under the current profile,
+// and the bytes its hash is taken from: the document, marked when the
+// profile changed it, so that a profile change is a policy change for
+// everything that follows the hash (the backstop, the pre-filter, metrics).
+func (s *Source) inForce(p *config.Policy, data []byte) (*config.Policy, []byte) {
 	if !s.injectionOff.Load() || !p.Spec.InjectVoid {
-		return p
+		return p, data
 	}
 	off := *p
 	off.Spec.InjectVoid = false
-	return &off
-}
-
-// profileData is what the policy in force is hashed from: the document,
-// marked when the profile changed it, so that a profile change is a policy
-// change for everything that follows the hash (the backstop, the
-// pre-filter, metrics).
-func (s *Source) profileData(p *config.Policy, data []byte) []byte {
-	if !s.injectionOff.Load() || !p.Spec.InjectVoid {
-		return data
-	}
-	return append(append([]byte(nil), data...), "\n# hardened-cluster profile: injectVoid off\n"...)
+	return &off, append(append([]byte(nil), data...), "\n# hardened-cluster profile: injectVoid off\n"...)
 }
 
 func (s *Source) install(source string, data []byte, e *policy.Engine) bool {
