@@ -13,7 +13,7 @@ BENCHTIME ?= 1s
 
 E2E_TIMEOUT ?= 40m
 
-.PHONY: all build build-gpuguard build-agent test unit lint fuzz bench e2e upstream demo bench-e2e clean images push images-reproducible
+.PHONY: all build build-gpuguard build-agent test unit lint fuzz bench e2e upstream demo bench-e2e clean images push images-reproducible upstream-charts
 
 all: build
 
@@ -30,7 +30,7 @@ build-agent:
 # Everything: lint, unit tests, a bounded fuzz run, the release images built
 # twice to the same digests, and the end-to-end suite on a real
 # kube-apiserver and etcd built from pinned sources.
-test: lint unit fuzz images-reproducible e2e
+test: lint unit upstream-charts fuzz images-reproducible e2e
 
 # Both images as multi-platform OCI image indexes with SBOMs, into an OCI
 # image layout, without Docker (hack/release; docs/release.md). The agent's
@@ -59,10 +59,16 @@ images-reproducible:
 unit: build-gpuguard
 	$(GO) test -count=1 ./...
 
+# The presets against the upstream charts themselves, rendered at pinned
+# versions fetched through the Go module proxy (charts/upstream_test.go,
+# docs/compatibility.md).
+upstream-charts:
+	$(GO) test -count=1 -tags upstream -run '^TestUpstreamCharts$$' ./charts/
+
 lint: $(BIN)/staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet -tags e2e ./...
-	$(BIN)/staticcheck -tags e2e ./...
+	$(GO) vet -tags e2e,upstream ./...
+	$(BIN)/staticcheck -tags e2e,upstream ./...
 
 $(BIN)/staticcheck:
 	GOBIN=$(CURDIR)/$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

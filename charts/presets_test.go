@@ -30,9 +30,9 @@ type presetCase struct {
 
 func presetCases() []presetCase {
 	return []presetCase{
-		{"nvidiaDevicePlugin", nil, "nvidia-device-plugin", []string{"nvdp-nvidia-device-plugin-service-account"}, devicePluginPod},
+		{"nvidiaDevicePlugin", nil, "nvidia-device-plugin", []string{"nvdp-nvidia-device-plugin-service-account", "default"}, devicePluginPod},
 		{"nvidiaDevicePlugin", map[string]any{"namespace": "gpu-feature-discovery", "releaseName": "nvidia-device-plugin"},
-			"gpu-feature-discovery", []string{"nvidia-device-plugin-service-account"}, devicePluginPod},
+			"gpu-feature-discovery", []string{"nvidia-device-plugin-service-account", "default"}, devicePluginPod},
 		{"nvidiaDRADriver", nil, "dra-driver-nvidia-gpu", []string{"dra-driver-nvidia-gpu-service-account-kubeletplugin",
 			"dra-driver-nvidia-gpu-service-account-controller", "compute-domain-daemon-service-account"}, draPluginPod},
 		{"nvidiaDRADriver", map[string]any{"namespace": "nvidia-dra-driver-gpu", "releaseName": "nvidia-dra-driver-gpu", "chartName": "nvidia-dra-driver-gpu"},
@@ -80,7 +80,7 @@ func TestPresets(t *testing.T) {
 			if r := admit(t, engine, pod, pc.namespace, pc.want[0]); !r.Allowed || len(r.Patch) > 0 || r.Exempt == "" {
 				t.Errorf("with the preset, the stack's pod must be admitted unchanged as exempt: %+v", r)
 			}
-			for _, attack := range []struct{ ns, sa string }{{"tenant", pc.want[0]}, {pc.namespace, "default"}} {
+			for _, attack := range []struct{ ns, sa string }{{"tenant", pc.want[0]}, {pc.namespace, "intruder"}} {
 				if r := admit(t, engine, pod, attack.ns, attack.sa); r.Exempt != "" || (r.Allowed && len(r.Patch) == 0) {
 					t.Errorf("the same pod in %s as %s must still be judged: %+v", attack.ns, attack.sa, r)
 				}

@@ -149,7 +149,9 @@ from its release name as its upstream chart names them.
 {{- $names := $preset.serviceAccounts | default list -}}
 {{- if not $names -}}
 {{- if eq $key "nvidiaDevicePlugin" -}}
-{{- $names = list (printf "%s-service-account" (include "gpuguard.upstreamFullname" (list $preset.releaseName "nvidia-device-plugin"))) -}}
+{{- /* Without a config (config.map or config.name) the chart runs the device
+plugin and the MPS daemon under the namespace's default account. */ -}}
+{{- $names = list (printf "%s-service-account" (include "gpuguard.upstreamFullname" (list $preset.releaseName "nvidia-device-plugin"))) "default" -}}
 {{- else if eq $key "nvidiaDRADriver" -}}
 {{- $sa := printf "%s-service-account" (include "gpuguard.upstreamFullname" (list $preset.releaseName $preset.chartName)) -}}
 {{- $names = list (printf "%s-kubeletplugin" $sa) (printf "%s-controller" $sa) "compute-domain-daemon-service-account" -}}

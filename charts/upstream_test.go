@@ -1,0 +1,204 @@
+//go:build upstream
+
+package charts
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/chartrender"
+	"github.com/gpuguard/gpuguard/internal/manifest"
+	"github.com/gpuguard/gpuguard/internal/upstreamchart"
+	"github.com/gpuguard/gpuguard/policy"
+)
+
+// upstreamStack is an upstream chart rendered at a pinned version, and the
+// preset that should let its workloads through.
+type upstreamStack struct {
+	name         string
+	source       upstreamchart.Source
+	release, ns  string
+	values       map[string]any
+	preset       string
+	presetValues map[string]any
+	// want is, per workload ("Kind/name"), the rules gpuguard acts on it
+	// with (denial, warning or void) without the preset. A workload not
+	// listed needs no GPU: it gets void, with or without the preset.
+	want map[string][]policy.RuleID
+}
+
+// upstreamStacks are the upstream charts this environment can fetch. The
+// versions are the newest its Go module proxy serves; docs/compatibility.md
+// lists those it refuses.
+func upstreamStacks() []upstreamStack {
+	return []upstreamStack{
+		{
+			name: "nvidia-device-plugin with GFD and NFD",
+			source: upstreamchart.Source{Module: "github.com/NVIDIA/k8s-device-plugin", Version: "v0.19.0",
+				Sum: "h1:3JBGCsq0moOtpqyYHpevGZNcPKmIJeTiL7qSQ/rC71Q=", Dir: "deployments/helm/nvidia-device-plugin"},
+			release: "nvdp", ns: "nvidia-device-plugin",
+			values: map[string]any{"gfd": map[string]any{"enabled": true}},
+			preset: "nvidiaDevicePlugin",
+			want: map[string][]policy.RuleID{
+				"DaemonSet/nvdp-nvidia-device-plugin":                       {policy.RuleDeviceEnv, policy.RuleProtectedEnv, policy.RuleSensitiveHostPath},
+				"DaemonSet/nvdp-nvidia-device-plugin-gpu-feature-discovery": {policy.RulePrivileged, policy.RuleSensitiveHostPath},
+				"DaemonSet/nvdp-nvidia-device-plugin-mps-control-daemon": {policy.RuleDeviceEnv, policy.RulePrivileged,
+					policy.RuleProtectedEnv, policy.RuleSensitiveHostPath},
+			},
+		},
+		{
+			name: "prometheus-node-exporter",
+			source: upstreamchart.Source{Module: "github.com/prometheus-community/helm-charts", Version: "v0.0.0-20260828105119-ed5d7d9b5933",
+				Sum: "h1:5+f9HcKpurn9DWdl0b8PsT7TkEzfCDwcx2KbWYnrnPU=", Dir: "charts/prometheus-node-exporter"},
+			release: "kps", ns: "monitoring",
+			preset: "nodeExporter", presetValues: map[string]any{"releaseName": "kps"},
+			want: map[string][]policy.RuleID{
+				"DaemonSet/kps-prometheus-node-exporter": {policy.RuleSensitiveHostPath},
+			},
+		},
+	}
+}
+
+// upstreamWorkload is one pod a rendered chart's controllers would create.
+type upstreamWorkload struct {
+	name string // Kind/name
+	pod  *corev1.Pod
+}
+
+func renderUpstream(t *testing.T, st upstreamStack) []upstreamWorkload {
+	t.Helper()
+	c, err := upstreamchart.Fetch(context.Background(), st.source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := chartrender.Render(c, st.release, st.ns, st.values)
+	if err != nil {
+		t.Fatalf("rendering %s: %v", st.source, err)
+	}
+	var out []upstreamWorkload
+	for _, m := range r.Manifests {
+		obj, err := manifest.DecodeObject([]byte(m.Content))
+		if err != nil {
+			continue // kinds gpuguard does not judge: RBAC, ConfigMaps, Services
+		}
+		if pod := podOf(obj); pod != nil {
+			pod.Namespace = st.ns
+			out = append(out, upstreamWorkload{name: m.Head.Kind + "/" + m.Head.Metadata.Name, pod: pod})
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s rendered no workload", st.source)
+	}
+	return out
+}
+
+// podOf is the pod a controller creates from its template (what the webhook
+// mutates; templates themselves are judged, never patched).
+func podOf(obj runtime.Object) *corev1.Pod {
+	tmpl := templateOf(obj)
+	if tmpl == nil {
+		return nil
+	}
+	pod := &corev1.Pod{ObjectMeta: *tmpl.ObjectMeta.DeepCopy(), Spec: *tmpl.Spec.DeepCopy()}
+	if pod.Spec.ServiceAccountName == "" {
+		pod.Spec.ServiceAccountName = "default"
+	}
+	return pod
+}
+
+// firedRules lists the rules behind what gpuguard does to pod: denials,
+// warnings, and void (inject-void, when the result carries a patch).
+func firedRules(t *testing.T, e *policy.Engine, pod *corev1.Pod, ns, sa string) []policy.RuleID {
+	t.Helper()
+	r := admit(t, e, pod, ns, sa)
+	set := map[policy.RuleID]bool{}
+	for _, v := range r.Violations {
+		set[v.Rule] = true
+	}
+	for _, w := range r.Warnings {
+		set[w.Rule] = true
+	}
+	if len(r.Patch) > 0 {
+		set[policy.RuleInjectVoid] = true
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// TestUpstreamCharts renders each upstream chart as its README installs it
+// and runs every pod its controllers would create through gpuguard: without
+// the preset, exactly the expected rules act on it; with the preset, the
+// stack's own workloads are admitted unchanged (the ones that need no GPU
+// get void, harmlessly); and the same pods in a tenant's namespace, or under
+// another service account of the stack's namespace, are still judged as
+// without it.
+func TestUpstreamCharts(t *testing.T) {
+	gg := loadChart(t)
+	without, err := policy.New(config.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range upstreamStacks() {
+		t.Run(st.name, func(t *testing.T) {
+			presetValues := map[string]any{"enabled": true}
+			maps.Copy(presetValues, st.presetValues)
+			with, err := policy.New(renderedPolicy(t, gg, map[string]any{"policy": map[string]any{"presets": map[string]any{st.preset: presetValues}}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]bool{}
+			for _, w := range renderUpstream(t, st) {
+				seen[w.name] = true
+				sa := w.pod.Spec.ServiceAccountName
+				want := st.want[w.name]
+				if want == nil {
+					want = []policy.RuleID{policy.RuleInjectVoid}
+				}
+				if got := firedRules(t, without, w.pod, st.ns, sa); !slices.Equal(got, want) {
+					t.Errorf("%s as %s without the preset: gpuguard acts with %v, want %v", w.name, sa, got, want)
+				}
+				if st.want[w.name] == nil {
+					continue // needs no GPU and no exemption: void does it no harm
+				}
+				if got := firedRules(t, with, w.pod, st.ns, sa); len(got) != 0 {
+					t.Errorf("%s as %s with the preset: gpuguard acts with %v, want it admitted unchanged", w.name, sa, got)
+				}
+				for _, attack := range []struct{ ns, sa string }{{"tenant", sa}, {st.ns, "intruder"}} {
+					if got := firedRules(t, with, w.pod, attack.ns, attack.sa); !slices.Equal(got, want) {
+						t.Errorf("%s in %s as %s with the preset: gpuguard acts with %v, want %v as without it", w.name, attack.ns, attack.sa, got, want)
+					}
+				}
+			}
+			for name := range st.want {
+				if !seen[name] {
+					t.Errorf("%s rendered no %s: the test's expectations are out of date", st.source, name)
+				}
+			}
+		})
+	}
+}
+
+func templateOf(obj runtime.Object) *corev1.PodTemplateSpec {
+	switch o := obj.(type) {
+	case *appsv1.DaemonSet:
+		return &o.Spec.Template
+	case *appsv1.Deployment:
+		return &o.Spec.Template
+	case *appsv1.StatefulSet:
+		return &o.Spec.Template
+	case *batchv1.Job:
+		return &o.Spec.Template
+	case *batchv1.CronJob:
+		return &o.Spec.JobTemplate.Spec.Template
+	case *corev1.Pod:
+		return &corev1.PodTemplateSpec{ObjectMeta: o.ObjectMeta, Spec: o.Spec}
+	}
+	return nil
+}
