@@ -7,6 +7,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpuguard/gpuguard/policy"
 	"github.com/gpuguard/gpuguard/policy/celexpr"
 )
 
@@ -52,7 +53,7 @@ func (r *rules) voidPatches(l containerList) string {
 	}
 	var allVoid []string
 	for _, n := range r.deviceVars {
-		allVoid = append(allVoid, celexpr.EffectivelyVoid(n))
+		allVoid = append(allVoid, policy.EffectivelyVoidCEL(r.p, n))
 	}
 	needs := fmt.Sprintf("%s && !(%s) && !(%s)", judged, r.gpu, strings.Join(allVoid, " && "))
 	path := fmt.Sprintf(`"/spec/%s/" + string(i) + "/env"`, l.field)
@@ -62,7 +63,7 @@ func (r *rules) voidPatches(l containerList) string {
 	var entries, appends []string
 	for _, n := range r.deviceVars {
 		entries = append(entries, entry(n))
-		appends = append(appends, fmt.Sprintf(`(%s ? [] : [JSONPatch{op: "add", path: %s + "/-", value: %s}])`, celexpr.EffectivelyVoid(n), path, entry(n)))
+		appends = append(appends, fmt.Sprintf(`(%s ? [] : [JSONPatch{op: "add", path: %s + "/-", value: %s}])`, policy.EffectivelyVoidCEL(r.p, n), path, entry(n)))
 	}
 	perContainer := fmt.Sprintf(`has(c.env) ? %s : [JSONPatch{op: "add", path: %s, value: [%s]}]`,
 		strings.Join(appends, " + "), path, strings.Join(entries, ", "))

@@ -64,6 +64,29 @@ type PolicySpec struct {
 	Advisories Advisories `json:"advisories"`
 	// Exemptions lists what gpuguard leaves untouched.
 	Exemptions Exemptions `json:"exemptions"`
+	// Integrations accept the device channels of GPU-sharing schedulers that
+	// gpuguard can check exactly.
+	Integrations Integrations `json:"integrations"`
+}
+
+// Integrations configures what gpuguard accepts from other GPU stacks.
+type Integrations struct {
+	// KAIScheduler accepts KAI Scheduler's fractional GPUs.
+	KAIScheduler KAIScheduler `json:"kaiScheduler"`
+}
+
+// KAIScheduler configures the KAI Scheduler fraction integration. When on, the
+// fraction container of a pod that KAI schedules may take NVIDIA_VISIBLE_DEVICES
+// from the one ConfigMap KAI's binder writes for it, instead of void.
+type KAIScheduler struct {
+	// Fractions turns the integration on.
+	Fractions bool `json:"fractions"`
+	// SchedulerNames are KAI's scheduler names (its --scheduler-name).
+	SchedulerNames []string `json:"schedulerNames"`
+	// BinderServiceAccounts are the KAI binder's accounts, as
+	// "system:serviceaccount:NAMESPACE:NAME": the only writers of the
+	// fraction ConfigMaps (the chart's ConfigMap guard enforces it).
+	BinderServiceAccounts []string `json:"binderServiceAccounts"`
 }
 
 // EnvPolicy configures the environment rules.

@@ -38,6 +38,28 @@ func Validate(p *Policy) field.ErrorList {
 	errs = append(errs, enum(spec.Child("advisories", "privileged"), string(s.Advisories.Privileged), severities)...)
 	errs = append(errs, enum(spec.Child("advisories", "capabilities"), string(s.Advisories.Capabilities), severities)...)
 	errs = append(errs, validateExemptions(spec.Child("exemptions"), &s.Exemptions)...)
+	errs = append(errs, validateKAIScheduler(spec.Child("integrations", "kaiScheduler"), &s.Integrations.KAIScheduler)...)
+	return errs
+}
+
+// validateKAIScheduler: with fractions on, KAI's scheduler names are needed,
+// or no pod would match; the binder's accounts name service accounts, the
+// only kind of user KAI's binder runs as.
+func validateKAIScheduler(fld *field.Path, k *KAIScheduler) field.ErrorList {
+	var errs field.ErrorList
+	if k.Fractions && len(k.SchedulerNames) == 0 {
+		errs = append(errs, field.Required(fld.Child("schedulerNames"), "fractions is on: name KAI's scheduler, e.g. kai-scheduler"))
+	}
+	for i, name := range k.SchedulerNames {
+		errs = append(errs, dnsSubdomain(fld.Child("schedulerNames").Index(i), name)...)
+	}
+	for i, user := range k.BinderServiceAccounts {
+		parts := strings.Split(user, ":")
+		if len(parts) != 4 || parts[0] != "system" || parts[1] != "serviceaccount" || parts[2] == "" || parts[3] == "" {
+			errs = append(errs, field.Invalid(fld.Child("binderServiceAccounts").Index(i), user,
+				"want system:serviceaccount:NAMESPACE:NAME"))
+		}
+	}
 	return errs
 }
 

@@ -14,11 +14,14 @@ import (
 //
 // Allowed values: none. A value from configMapKeyRef, secretKeyRef, fieldRef,
 // resourceFieldRef or fileKeyRef is resolved by the kubelet at container start, after
-// admission, and could grant anything. Default action: deny (or strip).
+// admission, and could grant anything. Default action: deny (or strip). The one
+// exception, with spec.integrations.kaiScheduler.fractions on, is the entry KAI
+// Scheduler's admission gives a fraction container (kai.go), whose ConfigMap only
+// KAI's binder may write.
 func checkEnvValueFrom(ev *evaluation, c *containerRef) {
 	for i := range c.c.Env {
 		v := &c.c.Env[i]
-		if v.ValueFrom == nil || !ev.e.isProtectedName(v.Name) {
+		if v.ValueFrom == nil || !ev.e.isProtectedName(v.Name) || ev.kaiFractionRef(c, v) {
 			continue
 		}
 		ev.reportEnv(RuleEnvValueFrom, c, i,
@@ -51,5 +54,6 @@ func init() {
 }
 
 func envValueFromCEL(in *CELInput) string {
-	return fmt.Sprintf(`has(c.env) && c.env.exists(e, e.name in %s && has(e.valueFrom))`, celexpr.List(in.Protected))
+	return fmt.Sprintf(`has(c.env) && c.env.exists(e, e.name in %s && has(e.valueFrom) && !%s)`,
+		celexpr.List(in.Protected), KAIFractionRefCEL(in.Policy, "e"))
 }

@@ -52,7 +52,7 @@ func init() {
 			}
 			var missing []string
 			for _, n := range in.DeviceVars {
-				missing = append(missing, "!("+celexpr.EffectivelyVoid(n)+")")
+				missing = append(missing, "!("+EffectivelyVoidCEL(in.Policy, n)+")")
 			}
 			return &CELCheck{Plain: "!" + celexpr.MirrorPod + " && (" + celexpr.Or(missing...) + ")",
 				Message: "has no GPU limit and no NVIDIA_VISIBLE_DEVICES=void"}

@@ -36,7 +36,8 @@ func injectVoid(ev *evaluation, c *containerRef) {
 }
 
 // effectivelyVoid reports whether the last env entry for name, after planned edits,
-// is a literal "void" or "". An unset variable is not void.
+// is a literal "void" or "", or KAI's fraction entry where the policy accepts
+// it (kai.go). An unset variable is not void.
 func (ev *evaluation) effectivelyVoid(c *containerRef, name string) bool {
 	ed := ev.edits[c.pos]
 	for i := len(c.c.Env) - 1; i >= 0; i-- {
@@ -49,7 +50,7 @@ func (ev *evaluation) effectivelyVoid(c *containerRef, name string) bool {
 				return replacement == voidValue
 			}
 		}
-		return v.ValueFrom == nil && (v.Value == voidValue || v.Value == "")
+		return (v.ValueFrom == nil && (v.Value == voidValue || v.Value == "")) || ev.kaiFractionRef(c, v)
 	}
 	return false
 }
