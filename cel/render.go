@@ -33,11 +33,20 @@ type Policies struct {
 	ValidatingBinding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	Mutating          *admissionregistrationv1.MutatingAdmissionPolicy
 	MutatingBinding   *admissionregistrationv1.MutatingAdmissionPolicyBinding
+	// KAIGuard and KAIGuardBinding keep tenants from writing the ConfigMaps
+	// of KAI Scheduler's GPU fractions; nil unless the policy's KAI
+	// integration is on (then the objects named KAIGuardName are stale).
+	KAIGuard        *admissionregistrationv1.ValidatingAdmissionPolicy
+	KAIGuardBinding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
 }
 
 // Objects lists the rendered objects in the order to apply them.
 func (p *Policies) Objects() []runtime.Object {
-	return []runtime.Object{p.Validating, p.ValidatingBinding, p.Mutating, p.MutatingBinding}
+	objs := []runtime.Object{p.Validating, p.ValidatingBinding, p.Mutating, p.MutatingBinding}
+	if p.KAIGuard != nil {
+		objs = append(objs, p.KAIGuard, p.KAIGuardBinding)
+	}
+	return objs
 }
 
 // Render renders a policy as admission policies. It fails for a policy it cannot
@@ -63,12 +72,14 @@ func Render(p *config.Policy, o Options) (*Policies, error) {
 		validatingMatch.NamespaceSelector.MatchExpressions = append(validatingMatch.NamespaceSelector.MatchExpressions,
 			metav1.LabelSelectorRequirement{Key: policy.ModeLabel, Operator: metav1.LabelSelectorOpNotIn, Values: relaxed})
 	}
-	return &Policies{
+	out := &Policies{
 		Validating:        r.validatingPolicy(o.Name),
 		ValidatingBinding: validatingBinding(o.Name, p.Spec.Mode, validatingMatch),
 		Mutating:          r.mutatingPolicy(o.Name),
 		MutatingBinding:   mutatingBinding(o.Name, match),
-	}, nil
+	}
+	out.KAIGuard, out.KAIGuardBinding = kaiGuard(p, o.Name, match)
+	return out, nil
 }
 
 // relaxingLabels lists the values of the namespace mode label that make the mode

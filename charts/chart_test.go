@@ -790,6 +790,12 @@ func TestRBAC(t *testing.T) {
 					want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, v, "gpuguard-backstop"})
 				}
 			}
+			// The KAI integration's ConfigMap guard, deleted while it is off.
+			for _, res := range []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"} {
+				for _, v := range []string{"get", "patch", "update", "delete"} {
+					want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, v, "gpuguard-backstop-kai-configmaps"})
+				}
+			}
 			// The pre-filter on the pod webhooks (on by default; the backstop's
 			// owner is read through the same grant).
 			for _, res := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"} {

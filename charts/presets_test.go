@@ -210,3 +210,27 @@ func migManagerPod() *corev1.Pod {
 		Containers: []corev1.Container{{Name: "nvidia-mig-manager", Image: "k8s-mig-manager", SecurityContext: privileged}},
 		Volumes:    []corev1.Volume{hostPath("host-root", "/")}}}
 }
+
+// TestKAISchedulerPreset: one value turns on KAI's fractions with the
+// binder's account as the only writer of their ConfigMaps; it needs the
+// backstop, whose ConfigMap guard holds that.
+func TestKAISchedulerPreset(t *testing.T) {
+	c := loadChart(t)
+	p := renderedPolicy(t, c, map[string]any{"policy": map[string]any{"presets": map[string]any{"kaiScheduler": map[string]any{"enabled": true}}}})
+	k := p.Spec.Integrations.KAIScheduler
+	if !k.Fractions || !slices.Equal(k.SchedulerNames, []string{"kai-scheduler"}) ||
+		!slices.Equal(k.BinderServiceAccounts, []string{"system:serviceaccount:kai-scheduler:binder"}) {
+		t.Errorf("kaiScheduler preset rendered %+v", k)
+	}
+	if len(p.Spec.Exemptions.ServiceAccounts)+len(p.Spec.Exemptions.Namespaces) != 0 {
+		t.Errorf("the KAI preset must exempt nothing: %+v", p.Spec.Exemptions)
+	}
+	if def := config.Default().Spec.Integrations.KAIScheduler; def.Fractions {
+		t.Error("the KAI integration must be off by default")
+	}
+	_, err := render(t, c, map[string]any{"backstop": map[string]any{"enabled": false},
+		"policy": map[string]any{"presets": map[string]any{"kaiScheduler": map[string]any{"enabled": true}}}})
+	if err == nil || !strings.Contains(err.Error(), "needs backstop.enabled") {
+		t.Errorf("the KAI preset without the backstop must be refused, got %v", err)
+	}
+}

@@ -57,6 +57,9 @@ func (b *Sync) Apply(ctx context.Context, p *config.Policy) error {
 			}
 		}
 	}
+	if err == nil && policies.KAIGuard == nil {
+		err = b.deleteKAIGuard(ctx)
+	}
 	if err != nil {
 		b.Syncs.WithLabelValues("error").Inc()
 		b.Log.Error(err, "CEL backstop not updated; the objects in the cluster stay as they were")
@@ -85,4 +88,19 @@ func (b *Sync) applyOne(ctx context.Context, obj client.Object) error {
 		return err
 	}
 	return b.Client.Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, data), client.FieldOwner(fieldOwner), client.ForceOwnership)
+}
+
+// deleteKAIGuard removes the KAI integration's ConfigMap guard, left from a
+// policy that had the integration on; absent objects are fine.
+func (b *Sync) deleteKAIGuard(ctx context.Context) error {
+	name := cel.KAIGuardName(b.Options.Name)
+	for _, obj := range []client.Object{
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}},
+		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}},
+	} {
+		if err := b.Client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting the KAI ConfigMap guard %s: %w", name, err)
+		}
+	}
+	return nil
 }

@@ -83,7 +83,8 @@ The policy document the ConfigMap holds.
 {{- $p := .Values.policy -}}
 {{- $pairs := include "gpuguard.presetExemptions" . | fromYamlArray -}}
 {{- $hami := $p.presets.hami.enabled -}}
-{{- $presets := or (gt (len $pairs) 0) $hami -}}
+{{- $kai := $p.presets.kaiScheduler -}}
+{{- $presets := or (gt (len $pairs) 0) $hami $kai.enabled -}}
 {{- if $p.document -}}
 {{- if or $p.mode $p.spec $presets -}}
 {{- fail "policy.document is a complete policy: do not combine it with policy.mode, policy.spec or policy.presets (put those settings into the document)" -}}
@@ -110,6 +111,15 @@ The policy document the ConfigMap holds.
 {{- $builtin := get (fromYaml (.Files.Get "files/policy.yaml")) "spec" -}}
 {{- $gpu := get $spec "gpuResources" | default (get $builtin "gpuResources") -}}
 {{- $_ := set $spec "gpuResources" (concat $gpu $p.presets.hami.resources | uniq) -}}
+{{- end -}}
+{{- if $kai.enabled -}}
+{{- if not .Values.backstop.enabled -}}
+{{- fail "policy.presets.kaiScheduler needs backstop.enabled: the backstop's ConfigMap guard keeps tenants from writing the ConfigMaps KAI's fractions read NVIDIA_VISIBLE_DEVICES from" -}}
+{{- end -}}
+{{- $binder := printf "system:serviceaccount:%s:%s" $kai.namespace $kai.binderServiceAccount -}}
+{{- $integrations := deepCopy (get $spec "integrations" | default dict) -}}
+{{- $_ := set $integrations "kaiScheduler" (dict "fractions" true "schedulerNames" (list $kai.schedulerName) "binderServiceAccounts" (list $binder)) -}}
+{{- $_ := set $spec "integrations" $integrations -}}
 {{- end -}}
 # gpuguard policy rendered by the Helm chart from its values. Fields left out
 # keep the built-in default policy; a list that is set replaces the default list.
