@@ -41,6 +41,35 @@ const (
 
 const visibleDevices = "NVIDIA_VISIBLE_DEVICES"
 
+// KAIDevicesAnnotation is how many GPUs a fraction spans (default 1).
+const KAIDevicesAnnotation = "gpu-fraction-num-devices"
+
+// KAIFractionDevices is, for a pod as stored, how many GPUs KAI Scheduler
+// gives container name as its fraction container: gpu-fraction-num-devices
+// (else 1) when the pod asks for a fraction, KAI schedules it, and name is
+// its fraction container; 0 otherwise. The node verifier accepts that many
+// GPUs without a kubelet allocation.
+func KAIFractionDevices(pod *corev1.Pod, name string, schedulers []string) int {
+	ann := pod.Annotations
+	_, fraction := ann[KAIFractionAnnotation]
+	_, memory := ann[KAIMemoryAnnotation]
+	if !(fraction || memory) || !slices.Contains(schedulers, pod.Spec.SchedulerName) || len(pod.Spec.Containers) == 0 {
+		return 0
+	}
+	want, named := ann[KAIContainerNameAnnotation]
+	if !named {
+		want = pod.Spec.Containers[0].Name
+	}
+	if name != want {
+		return 0
+	}
+	n, err := strconv.Atoi(ann[KAIDevicesAnnotation])
+	if _, set := ann[KAIDevicesAnnotation]; !set || err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
 // kaiFractionRef reports whether env entry v of container c is the one KAI's
 // admission gives c, with the integration on.
 func (ev *evaluation) kaiFractionRef(c *containerRef, v *corev1.EnvVar) bool {

@@ -6,11 +6,13 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/policy"
 )
 
 // Exemptions apply the policy's exemptions to findings, as admission does:
@@ -20,20 +22,51 @@ import (
 type Exemptions struct {
 	Namespaces      []string
 	ServiceAccounts []config.ServiceAccountRef
-	// Client reads pods; nil leaves service account exemptions unchecked.
+	// KAI is the policy's KAI Scheduler integration: with fractions on, the
+	// fraction container of a pod KAI scheduled may reach as many GPUs as
+	// its fraction spans, without a kubelet allocation.
+	KAI config.KAIScheduler
+	// Client reads pods; nil leaves service account exemptions and KAI
+	// fractions unchecked.
 	Client kubernetes.Interface
 
-	mu  sync.Mutex
-	sas map[string]string // pod UID -> service account
+	mu   sync.Mutex
+	pods map[string]podFacts // by pod UID
+}
+
+// podFacts are what the verifier reads of a pod, once.
+type podFacts struct {
+	serviceAccount string
+	pod            *corev1.Pod
 }
 
 // Set takes the policy's exemptions, plus namespaces the agent is told to
-// leave out; the service accounts of pods already read are kept.
+// leave out; the pods already read are kept.
 func (e *Exemptions) Set(p *config.Policy, extraNamespaces []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.Namespaces = slices.Concat(p.Spec.Exemptions.Namespaces, extraNamespaces)
 	e.ServiceAccounts = p.Spec.Exemptions.ServiceAccounts
+	e.KAI = p.Spec.Integrations.KAIScheduler
+}
+
+// KAIFraction is how many GPUs container c may reach without an allocation
+// as the fraction container of a pod KAI Scheduler scheduled (its
+// gpu-fraction-num-devices, else 1), with the integration on; 0 otherwise.
+// KAI, not the kubelet, accounts for those GPUs, and admission let the
+// container take only the device list KAI's binder wrote for it.
+func (e *Exemptions) KAIFraction(ctx context.Context, c Container) int {
+	e.mu.Lock()
+	kai := e.KAI
+	e.mu.Unlock()
+	if !kai.Fractions || e.Client == nil {
+		return 0
+	}
+	pod := e.podOf(ctx, c).pod
+	if pod == nil {
+		return 0
+	}
+	return policy.KAIFractionDevices(pod, c.Key.Container, kai.SchedulerNames)
 }
 
 // Of names the exemption covering a container's pod, or "".
@@ -48,40 +81,42 @@ func (e *Exemptions) Of(ctx context.Context, c Container) string {
 	if len(accounts) == 0 || e.Client == nil {
 		return ""
 	}
-	sa := e.serviceAccount(ctx, c)
+	sa := e.podOf(ctx, c).serviceAccount
 	if sa != "" && slices.Contains(accounts, config.ServiceAccountRef{Namespace: ns, Name: sa}) {
 		return "service account " + ns + "/" + sa
 	}
 	return ""
 }
 
-func (e *Exemptions) serviceAccount(ctx context.Context, c Container) string {
+// podOf reads c's pod from the API server, once per pod; the zero value
+// when it cannot be read (then it is asked again next pass).
+func (e *Exemptions) podOf(ctx context.Context, c Container) podFacts {
 	e.mu.Lock()
-	sa, ok := e.sas[c.PodUID]
+	facts, ok := e.pods[c.PodUID]
 	e.mu.Unlock()
 	if ok {
-		return sa
+		return facts
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	pod, err := e.Client.CoreV1().Pods(c.Key.Namespace).Get(ctx, c.Key.Pod, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return "" // gone; not cached, a pod of the same name may come
+		return podFacts{} // gone; not cached, a pod of the same name may come
 	case err != nil:
-		return "" // unknown: reported, and asked again next pass
+		return podFacts{} // unknown: reported, and asked again next pass
 	case string(pod.UID) != c.PodUID:
-		return ""
+		return podFacts{}
 	}
-	sa = pod.Spec.ServiceAccountName
-	if sa == "" {
-		sa = "default"
+	facts = podFacts{serviceAccount: pod.Spec.ServiceAccountName, pod: pod}
+	if facts.serviceAccount == "" {
+		facts.serviceAccount = "default"
 	}
 	e.mu.Lock()
-	if e.sas == nil {
-		e.sas = map[string]string{}
+	if e.pods == nil {
+		e.pods = map[string]podFacts{}
 	}
-	e.sas[c.PodUID] = sa
+	e.pods[c.PodUID] = facts
 	e.mu.Unlock()
-	return sa
+	return facts
 }

@@ -69,6 +69,10 @@ type Verifier struct {
 	ProcRoot string
 	// Exempt names the policy exemption covering a container's pod, or "".
 	Exempt func(ctx context.Context, c Container) string
+	// Fraction is how many GPUs a container may reach without an allocation
+	// because a GPU-sharing scheduler gave it a fraction (KAI Scheduler's,
+	// with the policy's integration on); nil means none.
+	Fraction func(ctx context.Context, c Container) int
 	// Self is the agent's own pod, whose containers are understood, not judged.
 	Self ContainerKey
 	// Processes, when set, adds NVML's view: a container whose process runs
@@ -180,6 +184,17 @@ func (v *Verifier) judge(ctx context.Context, c Container, reached []Reached, al
 			f.Exempt = v.Exempt(ctx, c)
 		}
 		out = append(out, f)
+	}
+	// A scheduler's fraction covers up to its GPU count of unallocated GPUs,
+	// and nothing when the container reaches more.
+	if len(out) > 0 && v.Fraction != nil {
+		if n := v.Fraction(ctx, c); n > 0 && len(out) <= n {
+			for i := range out {
+				if out[i].Exempt == "" {
+					out[i].Exempt = fmt.Sprintf("KAI Scheduler fraction (%d GPU)", n)
+				}
+			}
+		}
 	}
 	return out
 }

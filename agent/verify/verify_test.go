@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpuguard/gpuguard/agent/discovery"
 	"github.com/gpuguard/gpuguard/config"
@@ -304,5 +309,50 @@ func TestAFloodedDevIsReportedNotSkipped(t *testing.T) {
 	r.Report(context.Background(), p, nil)
 	if got := testutil.ToFloat64(r.Metrics.Unverified.WithLabelValues("dev-too-large")); got != 1 {
 		t.Errorf("unverified metric %v, want 1", got)
+	}
+}
+
+// TestKAIFractionsAreNotReported: with the policy's KAI integration on, the
+// fraction container of a pod KAI scheduled may reach as many GPUs as its
+// fraction spans without an allocation (an info-level, exempt finding); one
+// that reaches more, another container of the pod, or any of them with the
+// integration off, is reported.
+func TestKAIFractionsAreNotReported(t *testing.T) {
+	n := newNode(t)
+	inv := testInventory()
+	kaiPod := func(name, uid string, ann map[string]string) *corev1.Pod {
+		a := map[string]string{"gpu-fraction": "0.5", "runai/shared-gpu-configmap": name + "-abc1234-shared-gpu"}
+		maps.Copy(a, ann)
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, UID: types.UID(uid), Annotations: a},
+			Spec: corev1.PodSpec{SchedulerName: "kai-scheduler", Containers: []corev1.Container{{Name: "main"}, {Name: "side"}}}}
+	}
+	client := fake.NewClientset(kaiPod("frac", "u1", nil), kaiPod("wide", "u2", nil),
+		kaiPod("two", "u3", map[string]string{"gpu-fraction-num-devices": "2"}))
+	containers := fakeContainers{
+		{ID: "a", PodUID: "u1", Key: key("team-a", "frac", "main"), PID: n.container(map[string]int{"nvidia2": 2})},
+		{ID: "b", PodUID: "u1", Key: key("team-a", "frac", "side"), PID: n.container(map[string]int{"nvidia2": 2})},
+		{ID: "c", PodUID: "u2", Key: key("team-a", "wide", "main"), PID: n.container(map[string]int{"nvidia1": 1, "nvidia2": 2})},
+		{ID: "d", PodUID: "u3", Key: key("team-a", "two", "main"), PID: n.container(map[string]int{"nvidia1": 1, "nvidia2": 2})},
+	}
+	for _, on := range []bool{true, false} {
+		p := config.Default()
+		p.Spec.Integrations.KAIScheduler = config.KAIScheduler{Fractions: on, SchedulerNames: []string{"kai-scheduler"}}
+		ex := &Exemptions{Client: client}
+		ex.Set(p, nil)
+		v := &Verifier{Containers: containers, Allocations: fakeAllocations{}, Table: NewDeviceTable(inv), Resolver: NewGPUResolver(inv),
+			IsGPUResource: p.Spec.IsGPUResource, ProcRoot: n.procRoot, Exempt: ex.Of, Fraction: ex.KAIFraction}
+		pass, err := v.Check(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		exempt := map[string][]bool{}
+		for _, f := range pass.Findings {
+			exempt[f.Container.Key.String()] = append(exempt[f.Container.Key.String()], f.Exempt != "")
+		}
+		want := map[string][]bool{"team-a/frac/main": {on}, "team-a/frac/side": {false},
+			"team-a/wide/main": {false, false}, "team-a/two/main": {on, on}}
+		if !maps.EqualFunc(exempt, want, slices.Equal) {
+			t.Errorf("integration on=%v: findings exempt %v, want %v", on, exempt, want)
+		}
 	}
 }
