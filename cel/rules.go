@@ -87,5 +87,10 @@ func (r *rules) input() *policy.CELInput {
 	for _, l := range containerLists {
 		noGPU = append(noGPU, fmt.Sprintf("size(variables.%s) == 0", l.variable("gpu")))
 	}
-	return &policy.CELInput{Policy: r.p, DeviceVars: r.deviceVars, Protected: r.protected, NoGPUContainer: strings.Join(noGPU, " && "), IsGPU: r.gpu}
+	var judged []string
+	for _, l := range containerLists {
+		judged = append(judged, l.judged())
+	}
+	return &policy.CELInput{Policy: r.p, DeviceVars: r.deviceVars, Protected: r.protected, NoGPUContainer: strings.Join(noGPU, " && "), IsGPU: r.gpu,
+		JudgedLists: judged}
 }

@@ -2,38 +2,134 @@ package policy
 
 import (
 	"fmt"
-	"github.com/gpuguard/gpuguard/policy/celexpr"
 	"slices"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpuguard/gpuguard/policy/celexpr"
 )
 
 // checkSensitiveHostPaths is the rule sensitive-hostpath: host directories that
 // hold device nodes, device plugin sockets, CDI specs or the runtime's configuration.
 //
 // Fields read:
-//   - spec.volumes[*].hostPath.path.
+//   - spec.volumes[*].hostPath.path;
+//   - for a volume that is a strict parent of a sensitive path, in every
+//     container that mounts it: volumeMounts[*].readOnly, securityContext
+//     (runAsUser, runAsNonRoot, allowPrivilegeEscalation, capabilities.drop,
+//     privileged) and the pod's securityContext (runAsUser, runAsNonRoot).
 //
 // Allowed values: a path that is neither equal to, below, nor above one of the
-// policy's sensitiveHostPaths (default /dev, /var/lib/kubelet/device-plugins,
-// /etc/cdi, /var/run/cdi, /etc/nvidia-container-runtime). /run and /var/run are
-// treated alike, so / and /var are caught too. Default action: deny, whatever the
-// action. Pod Security Admission "baseline" forbids every hostPath.
+// policy's sensitiveHostPaths. /run and /var/run are treated alike. A path at
+// or below a sensitive path is denied whatever the container. A strict parent
+// (/, /var, /run, …) is admitted only where every container mounting it
+// mounts it readOnly, runs as a non-root user, sets allowPrivilegeEscalation:
+// false, drops ALL capabilities and is not privileged: such a process cannot
+// open device nodes (the device cgroup), cannot connect to root-owned sockets
+// (connect needs write permission on the socket, which a read-only mount does
+// not take away but a non-root user without CAP_DAC_OVERRIDE lacks), and cannot
+// regain either through a setuid or file-capability binary. Node exporters run
+// so. Default action: deny, whatever the action. On an UPDATE adding ephemeral
+// containers, their mounts are judged the same way.
 func checkSensitiveHostPaths(ev *evaluation) {
 	for i, v := range ev.t.spec.Volumes {
 		if v.HostPath == nil {
 			continue
 		}
-		p := cleanAbsolute(v.HostPath.Path)
-		for k, aliases := range ev.e.sensitiveHostPaths {
-			if slices.ContainsFunc(aliases, func(s string) bool { return related(p, s) }) {
-				ev.report(RuleSensitiveHostPath, effectDeny, nil,
-					ev.t.specPath.Child("volumes").Index(i).Child("hostPath", "path").String(),
-					"%s exposes %s; use a GPU resource instead", quote(v.HostPath.Path),
-					ev.e.policy.Spec.SensitiveHostPaths[k])
-				break
+		s, below := ev.e.sensitiveRelation(cleanAbsolute(v.HostPath.Path))
+		if s == "" {
+			continue
+		}
+		at := ev.t.specPath.Child("volumes").Index(i).Child("hostPath", "path").String()
+		if below {
+			if ev.scope != scopeNewEphemeral || slices.ContainsFunc(ev.containers, func(c containerRef) bool { return mounts(c.c, v.Name) }) {
+				ev.report(RuleSensitiveHostPath, effectDeny, nil, at, "%s exposes %s; use a GPU resource instead", quote(v.HostPath.Path), s)
+			}
+			continue
+		}
+		for k := range ev.containers {
+			c := &ev.containers[k]
+			if !mounts(c.c, v.Name) {
+				continue
+			}
+			if missing := readOnlyParentProblems(ev.t.spec, c.c, v.Name); len(missing) > 0 {
+				ev.report(RuleSensitiveHostPath, effectDeny, c, at,
+					"mounts %s, a parent of %s, without %s; a parent needs readOnly, a non-root user, "+
+						"allowPrivilegeEscalation: false, capabilities.drop [ALL] and no privilege", quote(v.HostPath.Path), s, strings.Join(missing, ", "))
 			}
 		}
 	}
+}
+
+// sensitiveRelation finds the first sensitive path p is related to: below
+// is true when p is at or below it, false when p is a strict parent of it.
+func (e *Engine) sensitiveRelation(p string) (sensitive string, below bool) {
+	var parentOf string
+	for k, aliases := range e.sensitiveHostPaths {
+		for _, s := range aliases {
+			switch {
+			case p == s || strings.HasPrefix(p, s+"/"):
+				return e.policy.Spec.SensitiveHostPaths[k], true
+			case parentOf == "" && (p == "/" || strings.HasPrefix(s, p+"/")):
+				parentOf = e.policy.Spec.SensitiveHostPaths[k]
+			}
+		}
+	}
+	return parentOf, false
+}
+
+// mounts reports whether container c mounts the named volume.
+func mounts(c *corev1.Container, volume string) bool {
+	return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == volume })
+}
+
+// readOnlyParentProblems lists what container c lacks to mount a parent of a
+// sensitive path; none means it may.
+func readOnlyParentProblems(spec *corev1.PodSpec, c *corev1.Container, volume string) []string {
+	var missing []string
+	for _, m := range c.VolumeMounts {
+		if m.Name == volume && !m.ReadOnly {
+			missing = append(missing, "readOnly")
+			break
+		}
+	}
+	sc := c.SecurityContext
+	if sc == nil {
+		sc = &corev1.SecurityContext{}
+	}
+	if !runsAsNonRoot(spec.SecurityContext, sc) {
+		missing = append(missing, "a non-root user")
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		missing = append(missing, "allowPrivilegeEscalation: false")
+	}
+	if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+		missing = append(missing, "capabilities.drop [ALL]")
+	}
+	if sc.Privileged != nil && *sc.Privileged {
+		missing = append(missing, "privileged: false")
+	}
+	return missing
+}
+
+// runsAsNonRoot: the container's user, or the pod's, is set above 0; or none
+// is set and runAsNonRoot (the container's, else the pod's) is true, which the
+// kubelet enforces against the image's user.
+func runsAsNonRoot(pod *corev1.PodSecurityContext, c *corev1.SecurityContext) bool {
+	uid, nonRoot := c.RunAsUser, c.RunAsNonRoot
+	if pod != nil {
+		if uid == nil {
+			uid = pod.RunAsUser
+		}
+		if nonRoot == nil {
+			nonRoot = pod.RunAsNonRoot
+		}
+	}
+	if uid != nil {
+		return *uid > 0
+	}
+	return nonRoot != nil && *nonRoot
 }
 
 // RunAliases cleans a path and lists it under both /run and /var/run, its usual
@@ -49,19 +145,14 @@ func RunAliases(p string) []string {
 	return []string{p}
 }
 
-// related reports whether two clean absolute paths are equal or one lies below the other.
-func related(a, b string) bool {
-	return a == b || a == "/" || b == "/" || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/")
-}
-
 // RuleSensitiveHostPath is the rule of checkSensitiveHostPaths.
 const RuleSensitiveHostPath RuleID = "sensitive-hostpath"
 
 func init() {
 	register(&Rule{
 		ID:      RuleSensitiveHostPath,
-		Summary: "hostPath volumes related to sensitive paths",
-		Order:   30, PodCheck: checkSensitiveHostPaths, PodScopes: []scope{scopePod, scopeTemplate},
+		Summary: "hostPath volumes at or below sensitive paths; their parents unless mounted read-only by non-root containers without privilege",
+		Order:   30, PodCheck: checkSensitiveHostPaths, PodScopes: []scope{scopePod, scopeTemplate, scopeNewEphemeral},
 		// Any host path: a parent of a sensitive path is one too, and paths
 		// CEL cannot clean are left to the webhook.
 		Trigger: func(in *CELInput) *CELTrigger {
@@ -72,17 +163,51 @@ func init() {
 	})
 }
 
-// sensitiveHostPathCEL: a hostPath equal to, below or above a sensitive path,
-// with /run and /var/run alike, for paths CEL can judge.
+// sensitiveHostPathCEL: a hostPath at or below a sensitive path (on CREATE;
+// on an ephemeral-container UPDATE, one a new container mounts), or a parent
+// that a judged container mounts without the conditions, with /run and
+// /var/run alike, for paths CEL can judge.
 func sensitiveHostPathCEL(in *CELInput) *CELCheck {
 	var paths []string
 	for _, s := range in.Policy.Spec.SensitiveHostPaths {
 		paths = append(paths, RunAliases(s)...)
 	}
 	slices.Sort(paths)
+	list := celexpr.List(slices.Compact(paths))
 	p := celexpr.CleanPath("v.hostPath.path")
-	return &CELCheck{Message: "mounts a host path that exposes devices or the NVIDIA runtime's configuration",
-		Pod: fmt.Sprintf(`request.operation == "CREATE" && has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath) && %s && `+
-			`%s.exists(s, %[3]s == s || %[3]s == "/" || %[3]s.startsWith(s + "/") || s.startsWith(%[3]s + "/")))`,
-			celexpr.Judgeable("v.hostPath.path"), celexpr.List(slices.Compact(paths)), p)}
+	below := fmt.Sprintf(`%s.exists(s, %[2]s == s || %[2]s.startsWith(s + "/"))`, list, p)
+	parent := fmt.Sprintf(`%s.exists(s, %[2]s == "/" || s.startsWith(%[2]s + "/"))`, list, p)
+	var mounting, unsafe []string
+	for _, l := range in.JudgedLists {
+		m := fmt.Sprintf(`%s.exists(c, has(c.volumeMounts) && c.volumeMounts.exists(m, m.name == v.name)`, l)
+		mounting = append(mounting, m+")")
+		unsafe = append(unsafe, m+" && !("+readOnlyParentCEL()+"))")
+	}
+	return &CELCheck{Message: "mounts a host path that exposes devices or the NVIDIA runtime's configuration, or a parent of one other than read-only, as non-root, without privilege",
+		Pod: fmt.Sprintf(`has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath) && %[1]s && `+
+			`((%[2]s && (request.operation == "CREATE" || %[3]s)) || (!(%[2]s) && %[4]s && (%[5]s))))`,
+			celexpr.Judgeable("v.hostPath.path"), below, celexpr.Or(mounting...), parent, celexpr.Or(unsafe...))}
+}
+
+// related reports whether two clean absolute paths are equal or one lies below the other.
+func related(a, b string) bool {
+	return a == b || a == "/" || b == "/" || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/")
+}
+
+// readOnlyParentCEL is readOnlyParentProblems finding nothing, over a
+// container c mounting volume v.
+func readOnlyParentCEL() string {
+	sc := func(f string) string { return "has(c.securityContext) && has(c.securityContext." + f + ")" }
+	pod := func(f string) string {
+		return "has(object.spec.securityContext) && has(object.spec.securityContext." + f + ")"
+	}
+	uid := fmt.Sprintf(`(%s ? c.securityContext.runAsUser : (%s ? object.spec.securityContext.runAsUser : -1))`, sc("runAsUser"), pod("runAsUser"))
+	nonRootFlag := fmt.Sprintf(`(%s ? c.securityContext.runAsNonRoot : (%s && object.spec.securityContext.runAsNonRoot))`, sc("runAsNonRoot"), pod("runAsNonRoot"))
+	return strings.Join([]string{
+		`c.volumeMounts.all(m, m.name != v.name || (has(m.readOnly) && m.readOnly))`,
+		fmt.Sprintf(`(%[1]s > 0 || (%[1]s == -1 && %[2]s))`, uid, nonRootFlag),
+		sc("allowPrivilegeEscalation") + ` && !c.securityContext.allowPrivilegeEscalation`,
+		sc("capabilities") + ` && has(c.securityContext.capabilities.drop) && "ALL" in c.securityContext.capabilities.drop`,
+		`!(` + sc("privileged") + ` && c.securityContext.privileged)`,
+	}, " && ")
 }

@@ -58,6 +58,10 @@ type CELInput struct {
 	// IsGPU is a predicate over a container c: it has GPU resources. Unlike
 	// NoGPUContainer it reads no variables, so triggers may use it.
 	IsGPU string
+	// JudgedLists are CEL lists of the containers the request judges, one per
+	// container kind: all of them on CREATE, the added ephemeral containers on
+	// an UPDATE of pods/ephemeralcontainers.
+	JudgedLists []string
 }
 
 // CELTrigger is a rule's trigger: a predicate over any container c of the
