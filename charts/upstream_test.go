@@ -49,7 +49,7 @@ func upstreamStacks() []upstreamStack {
 			preset: "nvidiaDevicePlugin",
 			want: map[string][]policy.RuleID{
 				"DaemonSet/nvdp-nvidia-device-plugin":                       {policy.RuleDeviceEnv, policy.RuleProtectedEnv, policy.RuleSensitiveHostPath},
-				"DaemonSet/nvdp-nvidia-device-plugin-gpu-feature-discovery": {policy.RulePrivileged, policy.RuleSensitiveHostPath},
+				"DaemonSet/nvdp-nvidia-device-plugin-gpu-feature-discovery": {policy.RulePrivileged},
 				"DaemonSet/nvdp-nvidia-device-plugin-mps-control-daemon": {policy.RuleDeviceEnv, policy.RulePrivileged,
 					policy.RuleProtectedEnv, policy.RuleSensitiveHostPath},
 			},
@@ -63,6 +63,18 @@ func upstreamStacks() []upstreamStack {
 			want: map[string][]policy.RuleID{
 				"DaemonSet/kps-prometheus-node-exporter": {policy.RuleSensitiveHostPath},
 			},
+		},
+		{
+			// The chart's defaults run it as nobody with a read-only root
+			// but keep privilege escalation and capabilities; with them
+			// taken away its read-only / is admitted without any preset.
+			name: "prometheus-node-exporter hardened",
+			source: upstreamchart.Source{Module: "github.com/prometheus-community/helm-charts", Version: "v0.0.0-20260828105119-ed5d7d9b5933",
+				Sum: "h1:5+f9HcKpurn9DWdl0b8PsT7TkEzfCDwcx2KbWYnrnPU=", Dir: "charts/prometheus-node-exporter"},
+			release: "kps", ns: "monitoring",
+			values: map[string]any{"containerSecurityContext": map[string]any{"readOnlyRootFilesystem": true,
+				"allowPrivilegeEscalation": false, "capabilities": map[string]any{"drop": []any{"ALL"}}}},
+			preset: "nodeExporter", presetValues: map[string]any{"releaseName": "kps"},
 		},
 	}
 }
