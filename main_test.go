@@ -701,3 +701,29 @@ func TestCheckSARIF(t *testing.T) {
 		t.Errorf("location %+v, want %s line 14", loc, path)
 	}
 }
+
+// TestCheckSaysWhichContainersSeeNoGPU: for a DCGM exporter's DaemonSet,
+// admitted with a warning, check names the container its pods will give
+// void, and warns that it will see no GPU.
+func TestCheckSaysWhichContainersSeeNoGPU(t *testing.T) {
+	in := `apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: dcgm-exporter, namespace: dcgm-exporter}
+spec:
+  selector: {matchLabels: {app: dcgm}}
+  template:
+    metadata: {labels: {app: dcgm}}
+    spec:
+      containers:
+        - name: dcgm-exporter
+          image: nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04
+          securityContext: {capabilities: {add: [SYS_ADMIN]}}
+`
+	r := gpuguard(t, in, "check", "-")
+	for _, want := range []string{"WARN    DaemonSet dcgm-exporter/dcgm-exporter",
+		"[void-hides-gpu]: will see no GPU", "its pods get NVIDIA_VISIBLE_DEVICES=void in: dcgm-exporter"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("check output lacks %q (exit %d):\n%s%s", want, r.code, r.stdout, r.stderr)
+		}
+	}
+}

@@ -23,8 +23,19 @@ import (
 // touched: a pod-level value would replace the device plugin's allocation.
 // Injecting twice changes nothing, so the webhook may be reinvoked.
 func injectVoid(ev *evaluation, c *containerRef) {
+	if c.gpu || !ev.e.policy.Spec.InjectVoid {
+		return
+	}
+	// A template is never patched; its pods will be: say which containers
+	// of them will get void (Result.TemplateVoid, which check prints).
+	if ev.scope == scopeTemplate {
+		if !ev.effectivelyVoid(c, visibleDevices) {
+			ev.templateVoid = append(ev.templateVoid, c.c.Name)
+		}
+		return
+	}
 	// Only pods are patched, in the mutating phase.
-	if !ev.t.isPod || !ev.mutable || c.gpu || !ev.e.policy.Spec.InjectVoid {
+	if !ev.t.isPod || !ev.mutable {
 		return
 	}
 	for _, name := range ev.e.deviceVars {

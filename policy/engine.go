@@ -88,6 +88,9 @@ type Result struct {
 	AuditAnnotations map[string]string `json:"auditAnnotations,omitempty"`
 	// Patch is an RFC 6902 patch against the object exactly as given.
 	Patch []jsonpatch.Operation `json:"patch"`
+	// TemplateVoid names, for a pod controller, the containers its pods will
+	// get NVIDIA_VISIBLE_DEVICES=void in (templates are judged, not patched).
+	TemplateVoid []string `json:"templateVoid,omitempty"`
 }
 
 // Warning is a finding the client is told about without a denial.

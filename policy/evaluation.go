@@ -79,6 +79,8 @@ type evaluation struct {
 	kept    [2]int
 	omitted map[omittedKey]int
 	edits   map[int]*envEdits // by containerRef.pos
+	// templateVoid names the containers of a template whose pods will get void.
+	templateVoid []string
 }
 
 // report records a finding about a container, or about the pod when c is nil.
@@ -221,7 +223,8 @@ func sortedKeys(m map[int]string) []int {
 
 // result applies the mode to the findings.
 func (ev *evaluation) result(mode config.Mode) Result {
-	r := Result{Allowed: true, Mode: mode, Violations: []Violation{}, Warnings: []Warning{}, Patch: []jsonpatch.Operation{}}
+	r := Result{Allowed: true, Mode: mode, Violations: []Violation{}, Warnings: []Warning{}, Patch: []jsonpatch.Operation{},
+		TemplateVoid: ev.templateVoid}
 	audit := map[string][]string{}
 	var advice []Warning
 	for _, f := range ev.findings {

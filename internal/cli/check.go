@@ -89,6 +89,9 @@ type checkedObject struct {
 	Warnings          []policy.Warning      `json:"warnings"`
 	AuditAnnotations  map[string]string     `json:"auditAnnotations,omitempty"`
 	Patch             []jsonpatch.Operation `json:"patch"`
+	// TemplateVoid names, for a pod controller, the containers its pods will
+	// get void in.
+	TemplateVoid []string `json:"templateVoid,omitempty"`
 	// Line is where the object's document starts in its file (check only).
 	Line     int `json:"line,omitempty"`
 	decision policy.Decision
@@ -227,7 +230,7 @@ func newCheckedObject(apiVersion, kind, namespace, name, source string, r policy
 		APIVersion: apiVersion, Kind: kind, Namespace: namespace, Name: name,
 		Source: source, Allowed: r.Allowed, Mode: r.Mode, Exempt: r.Exempt,
 		Violations: r.Violations, OmittedViolations: r.OmittedViolations, OmittedRules: r.OmittedRules,
-		Warnings: r.Warnings, AuditAnnotations: r.AuditAnnotations, Patch: r.Patch, decision: r.Decision(),
+		Warnings: r.Warnings, AuditAnnotations: r.AuditAnnotations, Patch: r.Patch, TemplateVoid: r.TemplateVoid, decision: r.Decision(),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/pflag"
 	"gomodules.xyz/jsonpatch/v2"
@@ -116,6 +117,9 @@ func printDetails(w io.Writer, r checkedObject) {
 	}
 	for _, op := range r.Patch {
 		fmt.Fprintf(w, "        patch: %s\n", describeOp(op))
+	}
+	if len(r.TemplateVoid) > 0 {
+		fmt.Fprintf(w, "        its pods get NVIDIA_VISIBLE_DEVICES=void in: %s (no GPU limit)\n", strings.Join(r.TemplateVoid, ", "))
 	}
 }
 
