@@ -39,9 +39,19 @@ type downloaded struct {
 	Dir, Sum, Error string
 }
 
-// Fetch downloads the module into the module cache (once; later calls read
-// the cache), checks its hash against the pin and loads the chart.
+// Fetch downloads the module, checks its hash and loads the chart at s.Dir.
 func Fetch(ctx context.Context, s Source) (*chart.Chart, error) {
+	dir, err := Download(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return chartrender.Load(filepath.Join(dir, filepath.FromSlash(s.Dir)))
+}
+
+// Download downloads the module into the module cache (once; later calls
+// read the cache), checks its hash against the pin and returns the
+// directory of its files, read-only.
+func Download(ctx context.Context, s Source) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", s.Module+"@"+s.Version)
 	cmd.Env = append(os.Environ(), "GONOSUMDB="+s.Module)
 	var stdout, stderr bytes.Buffer
@@ -49,15 +59,15 @@ func Fetch(ctx context.Context, s Source) (*chart.Chart, error) {
 	runErr := cmd.Run()
 	var d downloaded
 	if err := json.Unmarshal(stdout.Bytes(), &d); err != nil {
-		return nil, fmt.Errorf("go mod download %s: %v: %s", s, runErr, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("go mod download %s: %v: %s", s, runErr, strings.TrimSpace(stderr.String()))
 	}
 	switch {
 	case d.Error != "":
-		return nil, fmt.Errorf("go mod download %s: %s", s, d.Error)
+		return "", fmt.Errorf("go mod download %s: %s", s, d.Error)
 	case runErr != nil:
-		return nil, fmt.Errorf("go mod download %s: %v: %s", s, runErr, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("go mod download %s: %v: %s", s, runErr, strings.TrimSpace(stderr.String()))
 	case d.Sum != s.Sum:
-		return nil, fmt.Errorf("%s: the module's hash is %s, but %s is pinned: the tag moved or the download was altered", s, d.Sum, s.Sum)
+		return "", fmt.Errorf("%s: the module's hash is %s, but %s is pinned: the tag moved or the download was altered", s, d.Sum, s.Sum)
 	}
-	return chartrender.Load(filepath.Join(d.Dir, filepath.FromSlash(s.Dir)))
+	return d.Dir, nil
 }

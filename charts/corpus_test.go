@@ -1,0 +1,226 @@
+//go:build upstream
+
+package charts
+
+import (
+	"context"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/chartrender"
+	"github.com/gpuguard/gpuguard/internal/upstreamchart"
+	"github.com/gpuguard/gpuguard/policy"
+)
+
+// corpusSource is a benign upstream project at a pinned version: a chart
+// rendered with its defaults, or a directory of example manifests, whose
+// workloads (the pod templates of CRD-wrapped ones included) must all pass
+// the default policy.
+type corpusSource struct {
+	name    string
+	source  upstreamchart.Source
+	ns      string
+	values  map[string]any
+	samples bool // source.Dir holds example manifests, not a chart
+}
+
+func promChart(dir string) upstreamchart.Source {
+	return upstreamchart.Source{Module: "github.com/prometheus-community/helm-charts", Version: "v0.0.0-20260828105119-ed5d7d9b5933",
+		Sum: "h1:5+f9HcKpurn9DWdl0b8PsT7TkEzfCDwcx2KbWYnrnPU=", Dir: "charts/" + dir}
+}
+
+func corpusSources() []corpusSource {
+	return []corpusSource{
+		{name: "metrics-server", ns: "kube-system-addons", source: upstreamchart.Source{Module: "sigs.k8s.io/metrics-server", Version: "v0.9.0",
+			Sum: "h1:nlqqZ2H0Xfko8eJC/1qaNVVT17hu4rxndkOi22KTZ4w=", Dir: "charts/metrics-server"}},
+		{name: "cert-manager", ns: "cert-manager", source: upstreamchart.Source{Module: "github.com/cert-manager/cert-manager", Version: "v1.21.2",
+			Sum: "h1:UWgoYM+KLNtRlqmoWOKjKBOBUPVHeepQ6/ac3ERJW68=", Dir: "deploy/charts/cert-manager"}},
+		{name: "ingress-nginx", ns: "ingress-nginx", source: upstreamchart.Source{Module: "k8s.io/ingress-nginx", Version: "v0.0.0-20240708192948-52c50467d67d",
+			Sum: "h1:tZui5g6S4GO1hxLm6yrEoIXLkl4QfeGytlmZqZ+DmdQ=", Dir: "charts/ingress-nginx"}},
+		{name: "kueue", ns: "kueue-system", source: upstreamchart.Source{Module: "sigs.k8s.io/kueue", Version: "v0.17.0",
+			Sum: "h1:7hzb38M4eKGzYW+CFv2s1L+swzzacUCHOCXxZmAV90I=", Dir: "charts/kueue"}},
+		{name: "gatekeeper", ns: "gatekeeper-system", source: upstreamchart.Source{Module: "github.com/open-policy-agent/gatekeeper/v3", Version: "v3.23.1",
+			Sum: "h1:njHTm0SJ6ZEhhEgmQTpJKTGQbc99fSs4hGiEp1OIKck=", Dir: "charts/gatekeeper"}},
+		{name: "kyverno", ns: "kyverno", source: upstreamchart.Source{Module: "github.com/kyverno/kyverno", Version: "v1.19.1",
+			Sum: "h1:/MkgFii3/VlQfKR1JpC9tVwNNVNQTt2S4U6qCsafsTU=", Dir: "charts/kyverno"}},
+		{name: "kubeflow-trainer", ns: "kubeflow-system", source: trainer("charts/kubeflow-trainer")},
+		{name: "kubeflow-trainer runtimes", ns: "team-ml", source: trainer("manifests/base/runtimes"), samples: true},
+		{name: "kuberay samples", ns: "team-ml", source: upstreamchart.Source{Module: "github.com/ray-project/kuberay/ray-operator", Version: "v1.5.0",
+			Sum: "h1:KCjCQ7PSsvs9Ke+90CZbbs498nuaIJ/JkXk4vd54EVg=", Dir: "config/samples"}, samples: true},
+		{name: "kube-state-metrics", ns: "monitoring", source: promChart("kube-state-metrics")},
+		{name: "prometheus", ns: "monitoring", source: promChart("prometheus")},
+		{name: "prometheus-adapter", ns: "monitoring", source: promChart("prometheus-adapter")},
+		{name: "prometheus-pushgateway", ns: "monitoring", source: promChart("prometheus-pushgateway")},
+		{name: "prometheus-blackbox-exporter", ns: "monitoring", source: promChart("prometheus-blackbox-exporter")},
+	}
+}
+
+func trainer(dir string) upstreamchart.Source {
+	return upstreamchart.Source{Module: "github.com/kubeflow/trainer/v2", Version: "v2.0.0",
+		Sum: "h1:mnQSR9iPKItxyUR8mq66XsmxqKNVHwr9YYOB7BTU9dU=", Dir: dir}
+}
+
+// TestUpstreamWorkloadCorpus: every workload of these benign projects, as
+// their charts render and their examples ship, is admitted by the default
+// policy, and no container with a GPU limit is given void.
+func TestUpstreamWorkloadCorpus(t *testing.T) {
+	engine, err := policy.New(config.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, gpuContainers := 0, 0
+	for _, src := range corpusSources() {
+		t.Run(src.name, func(t *testing.T) {
+			pods := corpusPods(t, src)
+			if len(pods) == 0 {
+				t.Fatalf("%s gave no workload: the test's source is out of date", src.source)
+			}
+			total += len(pods)
+			for name, pod := range pods {
+				r := admit(t, engine, pod, src.ns, pod.Spec.ServiceAccountName)
+				if !r.Allowed {
+					t.Errorf("%s: denied: %v", name, r.Violations)
+					continue
+				}
+				gpuContainers += checkGPUContainersUntouched(t, name, pod, r)
+			}
+		})
+	}
+	t.Logf("%d workloads judged, %d GPU containers among them", total, gpuContainers)
+	if gpuContainers == 0 {
+		t.Error("no GPU container in the corpus: the check that none is given void proves nothing")
+	}
+}
+
+// corpusPods renders or reads a source and returns the pods its workloads
+// would create, by "file or kind/name: path".
+func corpusPods(t *testing.T, src corpusSource) map[string]*corev1.Pod {
+	t.Helper()
+	pods := map[string]*corev1.Pod{}
+	if !src.samples {
+		c, err := upstreamchart.Fetch(context.Background(), src.source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := chartrender.Render(c, src.name, src.ns, src.values)
+		if err != nil {
+			t.Fatalf("rendering %s: %v", src.source, err)
+		}
+		for _, m := range r.Manifests {
+			addTemplates(t, pods, m.Name, []byte(m.Content))
+		}
+		return pods
+	}
+	dir, err := upstreamchart.Download(context.Background(), src.source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, filepath.FromSlash(src.source.Dir))
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		for i, doc := range strings.Split(string(data), "\n---") {
+			addTemplates(t, pods, rel+"#"+strconv.Itoa(i+1), []byte(doc))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pods
+}
+
+// addTemplates finds the pod templates in one document, wherever they sit
+// (a Deployment's spec.template, a RayCluster's workerGroupSpecs, a
+// TrainingRuntime's replicated Jobs), as the pods their operators create.
+func addTemplates(t *testing.T, pods map[string]*corev1.Pod, name string, doc []byte) {
+	t.Helper()
+	var obj map[string]any
+	if err := sigsyaml.Unmarshal(doc, &obj); err != nil || obj == nil {
+		return // not an object: Helm notes, Kustomize patches, comments
+	}
+	if obj["kind"] != nil {
+		walkTemplates(obj, "", func(at string, tmpl map[string]any) {
+			raw, err := json.Marshal(tmpl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := &corev1.Pod{}
+			if err := json.Unmarshal(raw, pod); err != nil {
+				t.Errorf("%s%s: not a pod template: %v", name, at, err)
+				return
+			}
+			if pod.Spec.ServiceAccountName == "" {
+				pod.Spec.ServiceAccountName = "default"
+			}
+			pods[name+at] = pod
+		})
+	}
+}
+
+// walkTemplates calls found for every map whose spec has containers, and
+// does not look inside it.
+func walkTemplates(v any, at string, found func(at string, tmpl map[string]any)) {
+	switch v := v.(type) {
+	case map[string]any:
+		if spec, ok := v["spec"].(map[string]any); ok {
+			if _, ok := spec["containers"].([]any); ok {
+				found(at, map[string]any{"metadata": v["metadata"], "spec": spec})
+				return
+			}
+		}
+		for k, child := range v {
+			walkTemplates(child, at+"."+k, found)
+		}
+	case []any:
+		for i, child := range v {
+			walkTemplates(child, at+"["+strconv.Itoa(i)+"]", found)
+		}
+	}
+}
+
+// checkGPUContainersUntouched: the admission patch touches no container with
+// a GPU limit; it returns how many there are.
+func checkGPUContainersUntouched(t *testing.T, name string, pod *corev1.Pod, r policy.Result) int {
+	t.Helper()
+	after := pod
+	if len(r.Patch) > 0 {
+		patched, err := policy.ApplyPatch(pod, r.Patch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after = patched.(*corev1.Pod)
+	}
+	before := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
+	now := append(append([]corev1.Container{}, after.Spec.InitContainers...), after.Spec.Containers...)
+	n := 0
+	for i, c := range before {
+		gpu := false
+		for res, q := range c.Resources.Limits {
+			gpu = gpu || (q.Sign() > 0 && strings.HasPrefix(string(res), "nvidia.com/"))
+		}
+		if !gpu {
+			continue
+		}
+		n++
+		if len(now[i].Env) != len(c.Env) {
+			t.Errorf("%s: GPU container %s was patched: %v", name, c.Name, now[i].Env)
+		}
+	}
+	return n
+}
