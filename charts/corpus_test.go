@@ -224,3 +224,72 @@ func checkGPUContainersUntouched(t *testing.T, name string, pod *corev1.Pod, r p
 	}
 	return n
 }
+
+// TestCorpusKAIFractions: the corpus's KAI-shaped pods (KubeRay's GPU
+// sharing sample), scheduled by KAI as KubeRay's KAI integration does, go
+// through gpuguard's mutation, then KAI's admission (as KAI-Scheduler v0.17
+// shapes it), then gpuguard's validation with the KAI integration on: they
+// are admitted and their fraction container takes its GPU from KAI's
+// ConfigMap, not void.
+func TestCorpusKAIFractions(t *testing.T) {
+	p := config.Default()
+	p.Spec.Integrations.KAIScheduler = config.KAIScheduler{Fractions: true, SchedulerNames: []string{"kai-scheduler"}}
+	engine, err := policy.New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	found := 0
+	for _, src := range corpusSources() {
+		for name, pod := range corpusPods(t, src) {
+			if _, ok := pod.Annotations[policy.KAIFractionAnnotation]; !ok {
+				continue
+			}
+			found++
+			pod.Namespace, pod.Spec.SchedulerName = src.ns, "kai-scheduler"
+			mutated := engine.Evaluate(ctx, &policy.Request{Operation: "CREATE", Namespace: src.ns, Object: pod, Phase: policy.Mutating})
+			obj, err := policy.ApplyPatch(pod, mutated.Patch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			admitted := kaiAdmission(obj.(*corev1.Pod))
+			final := engine.Evaluate(ctx, &policy.Request{Operation: "CREATE", Namespace: src.ns, Object: admitted, Phase: policy.Validating})
+			if !mutated.Allowed || !final.Allowed {
+				t.Errorf("%s: a KAI fraction pod must be admitted: %v %v", name, mutated.Violations, final.Violations)
+			}
+			if v, _ := policy.EffectiveEnv(&admitted.Spec.Containers[0], "NVIDIA_VISIBLE_DEVICES"); v.ValueFrom == nil {
+				t.Errorf("%s: the fraction container ends with NVIDIA_VISIBLE_DEVICES=%q, not KAI's ConfigMap", name, v.Value)
+			}
+		}
+	}
+	if found == 0 {
+		t.Error("no KAI-shaped pod in the corpus")
+	}
+}
+
+// kaiAdmission does to a fraction pod what KAI Scheduler's admission does:
+// names its ConfigMap prefix and replaces the fraction container's
+// NVIDIA_VISIBLE_DEVICES (and adds its other variables) with references to
+// PREFIX-0.
+func kaiAdmission(pod *corev1.Pod) *corev1.Pod {
+	pod = pod.DeepCopy()
+	prefix := pod.Name + "-x7k2p9q" + policy.KAIConfigMapSuffix
+	pod.Annotations[policy.KAIConfigMapAnnotation] = prefix
+	c := &pod.Spec.Containers[0]
+	for _, name := range []string{"NVIDIA_VISIBLE_DEVICES", "RUNAI_NUM_OF_GPUS", "GPU_PORTION"} {
+		ref := corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: prefix + "-0"}, Key: name}}}
+		replaced := false
+		for i := range c.Env {
+			if c.Env[i].Name == name {
+				c.Env[i], replaced = ref, true
+			}
+		}
+		if !replaced {
+			c.Env = append(c.Env, ref)
+		}
+	}
+	c.EnvFrom = append(c.EnvFrom, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: prefix + "-0-evar"}, Optional: new(false)}})
+	return pod
+}
