@@ -234,3 +234,42 @@ func TestKAISchedulerPreset(t *testing.T) {
 		t.Errorf("the KAI preset without the backstop must be refused, got %v", err)
 	}
 }
+
+// TestGPUOperatorNVIDIADrivers: the GPU Operator preset exempts the driver
+// DaemonSets of the NVIDIADriver resources it is told about, by the names
+// the operator gives their service accounts, in the operator's namespace.
+func TestGPUOperatorNVIDIADrivers(t *testing.T) {
+	c := loadChart(t)
+	p := renderedPolicy(t, c, map[string]any{"policy": map[string]any{"presets": map[string]any{"gpuOperator": map[string]any{
+		"enabled": true, "namespace": "nvidia-gpu-operator",
+		"nvidiaDrivers": map[string]any{"names": []any{"default", "a100"}, "driverTypes": []any{"gpu", "vgpu-host-manager"}, "osTags": []any{"ubuntu22.04", "rhel9"}},
+	}}}})
+	got := map[string]bool{}
+	for _, sa := range p.Spec.Exemptions.ServiceAccounts {
+		if sa.Namespace != "nvidia-gpu-operator" {
+			t.Errorf("exemption %+v outside the operator's namespace", sa)
+		}
+		got[sa.Name] = true
+	}
+	for _, want := range []string{"nvidia-gpu-driver-default-ubuntu22.04", "nvidia-gpu-driver-a100-rhel9",
+		"nvidia-vgpu-manager-default-rhel9", "nvidia-vgpu-manager-a100-ubuntu22.04", "nvidia-driver", "nvidia-dra-driver-kubeletplugin"} {
+		if !got[want] {
+			t.Errorf("no exemption for %s; have %v", want, got)
+		}
+	}
+	engine, err := policy.New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	driver := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nvidia-gpu-driver-ubuntu22.04-5f8b9"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "nvidia-driver-ctr", Image: "driver", SecurityContext: privileged}},
+		Volumes:    []corev1.Volume{hostPath("run-nvidia", "/run/nvidia")}}}
+	if r := admit(t, engine, driver, "nvidia-gpu-operator", "nvidia-gpu-driver-default-ubuntu22.04"); !r.Allowed || r.Exempt == "" {
+		t.Errorf("the default NVIDIADriver's driver pod must be exempt: %+v", r)
+	}
+	for _, attack := range []struct{ ns, sa string }{{"nvidia-gpu-operator", "nvidia-gpu-driver-other-ubuntu22.04"}, {"tenant", "nvidia-gpu-driver-default-ubuntu22.04"}} {
+		if r := admit(t, engine, driver, attack.ns, attack.sa); r.Allowed {
+			t.Errorf("a driver-shaped pod in %s as %s must be denied", attack.ns, attack.sa)
+		}
+	}
+}

@@ -171,6 +171,9 @@ plugin and the MPS daemon under the namespace's default account. */ -}}
 {{- $names = list (include "gpuguard.upstreamFullname" (list $preset.releaseName "prometheus-node-exporter")) -}}
 {{- end -}}
 {{- end -}}
+{{- if eq $key "gpuOperator" -}}
+{{- $names = concat $names (include "gpuguard.nvidiaDriverAccounts" $preset | fromYamlArray) -}}
+{{- end -}}
 {{- if not $names -}}
 {{- fail (printf "policy.presets.%s: no service account to exempt; set serviceAccounts" $key) -}}
 {{- end -}}
@@ -180,6 +183,28 @@ plugin and the MPS daemon under the namespace's default account. */ -}}
 {{- end -}}
 {{- end -}}
 {{- toYaml $pairs -}}
+{{- end -}}
+
+{{/*
+The service accounts of the driver DaemonSets the GPU Operator creates for its
+NVIDIADriver resources: one per resource, driver type and node OS,
+nvidia-TYPE-driver-NAME-OSTAG (nvidia-vgpu-manager-NAME-OSTAG for vgpu-host-manager),
+as the operator's getDriverName builds them. Include with the gpuOperator preset.
+*/}}
+{{- define "gpuguard.nvidiaDriverAccounts" -}}
+{{- $out := list -}}
+{{- range $name := .nvidiaDrivers.names | default list -}}
+{{- range $type := $.nvidiaDrivers.driverTypes -}}
+{{- range $os := $.nvidiaDrivers.osTags -}}
+{{- if eq $type "vgpu-host-manager" -}}
+{{- $out = append $out (printf "nvidia-vgpu-manager-%s-%s" $name $os | trunc 253) -}}
+{{- else -}}
+{{- $out = append $out (printf "nvidia-%s-driver-%s-%s" $type $name $os | trunc 253) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $out -}}
 {{- end -}}
 
 {{/* Namespaces of the enabled presets whose workloads see GPUs they were not allocated: the verifier reports them at info level only. */}}
