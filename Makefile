@@ -63,7 +63,7 @@ unit: build-gpuguard
 # versions fetched through the Go module proxy (charts/upstream_test.go,
 # docs/compatibility.md).
 upstream-charts:
-	$(GO) test -count=1 -tags upstream -run '^(TestUpstreamCharts|TestUpstreamWorkloadCorpus|TestCorpusKAIFractions)$$' ./charts/
+	$(GO) test -count=1 -tags upstream -run '^(TestUpstreamCharts|TestUpstreamWorkloadCorpus|TestCorpusKAIFractions|TestCorpusHAMiShapes)$$' ./charts/
 
 lint: $(BIN)/staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

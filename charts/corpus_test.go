@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gpuguard/gpuguard/config"
@@ -292,4 +293,51 @@ func kaiAdmission(pod *corev1.Pod) *corev1.Pod {
 	c.EnvFrom = append(c.EnvFrom, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{
 		LocalObjectReference: corev1.LocalObjectReference{Name: prefix + "-0-evar"}, Optional: new(false)}})
 	return pod
+}
+
+// TestCorpusHAMiShapes: every GPU container of the corpus, asking HAMi for
+// GPU memory and cores instead of whole GPUs (as HAMi's users do, before
+// HAMi's webhook adds nvidia.com/gpu), is admitted without void under the
+// chart's hami preset.
+func TestCorpusHAMiShapes(t *testing.T) {
+	p := renderedPolicy(t, loadChart(t), map[string]any{"policy": map[string]any{"presets": map[string]any{"hami": map[string]any{"enabled": true}}}})
+	engine, err := policy.New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, src := range corpusSources() {
+		for name, pod := range corpusPods(t, src) {
+			if !toHAMi(pod) {
+				continue
+			}
+			r := admit(t, engine, pod, src.ns, pod.Spec.ServiceAccountName)
+			if !r.Allowed {
+				t.Errorf("%s as a HAMi pod: denied: %v", name, r.Violations)
+				continue
+			}
+			found += checkGPUContainersUntouched(t, name, pod, r)
+		}
+	}
+	if found == 0 {
+		t.Error("no HAMi-shaped GPU container: the check proves nothing")
+	}
+}
+
+// toHAMi turns each container's nvidia.com/gpu limit into HAMi's GPU memory
+// and cores; false when the pod has none.
+func toHAMi(pod *corev1.Pod) bool {
+	changed := false
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			lim := list[i].Resources.Limits
+			if q, ok := lim["nvidia.com/gpu"]; ok && q.Sign() > 0 {
+				delete(lim, "nvidia.com/gpu")
+				lim["nvidia.com/gpumem"] = resource.MustParse("8000")
+				lim["nvidia.com/gpucores"] = resource.MustParse("50")
+				changed = true
+			}
+		}
+	}
+	return changed
 }
