@@ -30,6 +30,10 @@ func checkInjectorAnnotations(ev *evaluation) {
 		if ev.e.deniedAnnotation(key) || slices.ContainsFunc(a.IgnoredPrefixes, func(p string) bool { return strings.HasPrefix(key, p) }) {
 			continue
 		}
+		// KAI's gpu-fraction-num-devices is known, where the policy knows KAI.
+		if ev.e.policy.Spec.Integrations.KAIScheduler.Fractions && slices.Contains(kaiAnnotations, key) {
+			continue
+		}
 		if suspect(key, a.SuspectDomainLabels) {
 			ev.report(RuleInjectorAnnotation, effectWarn, nil, ev.t.metaPath.Child("annotations").Key(key).String(),
 				"looks like an unlisted device injector's annotation; deny or ignore it in the policy")
