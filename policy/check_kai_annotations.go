@@ -62,7 +62,9 @@ func init() {
 			if !k.Fractions {
 				return nil
 			}
-			in1 := func(o string) string { return fmt.Sprintf("(has(%[1]s.metadata.annotations) && k in %[1]s.metadata.annotations)", o) }
+			in1 := func(o string) string {
+				return fmt.Sprintf("(has(%[1]s.metadata.annotations) && k in %[1]s.metadata.annotations)", o)
+			}
 			return &CELCheck{Message: "KAI Scheduler's fraction annotations are fixed once the pod exists",
 				Pod: fmt.Sprintf(`request.operation == "UPDATE" && %s in ["", "status"] && !(request.userInfo.username in %s) && `+
 					`%s.exists(k, %s != %s || (%[4]s && %[5]s && object.metadata.annotations[k] != oldObject.metadata.annotations[k]))`,
