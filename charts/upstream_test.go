@@ -65,15 +65,17 @@ func upstreamStacks() []upstreamStack {
 			},
 		},
 		{
-			// The chart's defaults run it as nobody with a read-only root
-			// but keep privilege escalation and capabilities; with them
-			// taken away its read-only / is admitted without any preset.
+			// The chart's defaults run it as nobody:nogroup with a read-only
+			// root but keep privilege escalation, capabilities and the
+			// image's /etc/group; with them taken away its read-only / is
+			// admitted without any preset.
 			name: "prometheus-node-exporter hardened",
 			source: upstreamchart.Source{Module: "github.com/prometheus-community/helm-charts", Version: "v0.0.0-20260828105119-ed5d7d9b5933",
 				Sum: "h1:5+f9HcKpurn9DWdl0b8PsT7TkEzfCDwcx2KbWYnrnPU=", Dir: "charts/prometheus-node-exporter"},
 			release: "kps", ns: "monitoring",
 			values: map[string]any{"containerSecurityContext": map[string]any{"readOnlyRootFilesystem": true,
-				"allowPrivilegeEscalation": false, "capabilities": map[string]any{"drop": []any{"ALL"}}}},
+				"allowPrivilegeEscalation": false, "capabilities": map[string]any{"drop": []any{"ALL"}}},
+				"securityContext": map[string]any{"supplementalGroupsPolicy": "Strict"}},
 			preset: "nodeExporter", presetValues: map[string]any{"releaseName": "kps"},
 		},
 	}

@@ -11,6 +11,7 @@ var enumValues = map[reflect.Type][]string{
 	reflect.TypeFor[ModeOverride]():  {string(OverrideTightenOnly), string(OverrideAny)},
 	reflect.TypeFor[Action]():        {string(ActionDeny), string(ActionStrip)},
 	reflect.TypeFor[EnvFromAction](): {string(EnvFromInspect), string(EnvFromWarn), string(EnvFromDeny)},
+	reflect.TypeFor[ParentAction]():  {string(ParentsReadOnlyUnprivileged), string(ParentsDeny)},
 	reflect.TypeFor[Severity]():      {string(SeverityWarn), string(SeverityDeny)},
 }
 

@@ -55,8 +55,13 @@ type PolicySpec struct {
 	// devices from the toolkit; matched as plain string prefixes of the cleaned path.
 	DeviceListMountRoots []string `json:"deviceListMountRoots"`
 	// SensitiveHostPaths may not be mounted as hostPath volumes, nor may any path
-	// above or below them.
+	// below them; a path above them only as SensitiveHostPathParents says.
 	SensitiveHostPaths []string `json:"sensitiveHostPaths"`
+	// SensitiveHostPathParents says how a host path above a sensitive one (/,
+	// /var) is treated: readOnlyUnprivileged (default) admits it where every
+	// container mounting it is read-only, non-root and unprivileged; deny
+	// denies it, for nodes where a socket belongs to a group pods may take.
+	SensitiveHostPathParents ParentAction `json:"sensitiveHostPathParents"`
 	// NVIDIARuntimeClasses are the RuntimeClass names that run a pod through the
 	// NVIDIA Container Runtime.
 	NVIDIARuntimeClasses []string `json:"nvidiaRuntimeClasses"`
@@ -203,6 +208,15 @@ type Action string
 const (
 	ActionDeny  Action = "deny"
 	ActionStrip Action = "strip"
+)
+
+// ParentAction is the treatment of host paths above sensitive paths.
+type ParentAction string
+
+// Parent treatments.
+const (
+	ParentsReadOnlyUnprivileged ParentAction = "readOnlyUnprivileged"
+	ParentsDeny                 ParentAction = "deny"
 )
 
 // EnvFromAction is the treatment of prefix-less envFrom on GPU containers.

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/policy/celexpr"
 )
 
@@ -17,20 +18,24 @@ import (
 //   - spec.volumes[*].hostPath.path;
 //   - for a volume that is a strict parent of a sensitive path, in every
 //     container that mounts it: volumeMounts[*].readOnly, securityContext
-//     (runAsUser, runAsNonRoot, allowPrivilegeEscalation, capabilities.drop,
-//     privileged) and the pod's securityContext (runAsUser, runAsNonRoot).
+//     (runAsUser, runAsNonRoot, runAsGroup, allowPrivilegeEscalation,
+//     capabilities.drop, privileged) and the pod's securityContext (runAsUser,
+//     runAsNonRoot, runAsGroup, fsGroup, supplementalGroups,
+//     supplementalGroupsPolicy).
 //
 // Allowed values: a path that is neither equal to, below, nor above one of the
 // policy's sensitiveHostPaths. /run and /var/run are treated alike. A path at
 // or below a sensitive path is denied whatever the container. A strict parent
 // (/, /var, /run, …) is admitted only where every container mounting it
-// mounts it readOnly, runs as a non-root user, sets allowPrivilegeEscalation:
-// false, drops ALL capabilities and is not privileged: such a process cannot
-// open device nodes (the device cgroup), cannot connect to root-owned sockets
-// (connect needs write permission on the socket, which a read-only mount does
-// not take away but a non-root user without CAP_DAC_OVERRIDE lacks), and cannot
-// regain either through a setuid or file-capability binary. Node exporters run
-// so. Default action: deny, whatever the action. On an UPDATE adding ephemeral
+// mounts it readOnly, runs as a non-root user and a group above 0 (runAsGroup
+// set, fsGroup and supplementalGroups without 0, supplementalGroupsPolicy
+// Strict), sets allowPrivilegeEscalation: false, drops ALL capabilities and is
+// not privileged (the policy's sensitiveHostPathParents: deny denies parents
+// outright): such a process cannot open device nodes (the device cgroup),
+// cannot connect to root-owned sockets (connect needs write permission on the
+// socket, which a read-only mount does not take away but a user outside
+// root's user and group without CAP_DAC_OVERRIDE lacks), and cannot regain
+// either through a setuid or file-capability binary. Default action: deny, whatever the action. On an UPDATE adding ephemeral
 // containers, their mounts are judged the same way.
 func checkSensitiveHostPaths(ev *evaluation) {
 	for i, v := range ev.t.spec.Volumes {
@@ -42,7 +47,7 @@ func checkSensitiveHostPaths(ev *evaluation) {
 			continue
 		}
 		at := ev.t.specPath.Child("volumes").Index(i).Child("hostPath", "path").String()
-		if below {
+		if below || ev.e.policy.Spec.SensitiveHostPathParents == config.ParentsDeny {
 			if ev.scope != scopeNewEphemeral || slices.ContainsFunc(ev.containers, func(c containerRef) bool { return mounts(c.c, v.Name) }) {
 				ev.report(RuleSensitiveHostPath, effectDeny, nil, at, "%s exposes %s; use a GPU resource instead", quote(v.HostPath.Path), s)
 			}
@@ -55,7 +60,7 @@ func checkSensitiveHostPaths(ev *evaluation) {
 			}
 			if missing := readOnlyParentProblems(ev.t.spec, c.c, v.Name); len(missing) > 0 {
 				ev.report(RuleSensitiveHostPath, effectDeny, c, at,
-					"mounts %s, a parent of %s, without %s; a parent needs readOnly, a non-root user, "+
+					"mounts %s, a parent of %s, without %s; a parent needs readOnly, a non-root user and group, "+
 						"allowPrivilegeEscalation: false, capabilities.drop [ALL] and no privilege", quote(v.HostPath.Path), s, strings.Join(missing, ", "))
 			}
 		}
@@ -101,6 +106,7 @@ func readOnlyParentProblems(spec *corev1.PodSpec, c *corev1.Container, volume st
 	if !runsAsNonRoot(spec.SecurityContext, sc) {
 		missing = append(missing, "a non-root user")
 	}
+	missing = append(missing, groupProblems(spec.SecurityContext, sc)...)
 	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
 		missing = append(missing, "allowPrivilegeEscalation: false")
 	}
@@ -130,6 +136,33 @@ func runsAsNonRoot(pod *corev1.PodSecurityContext, c *corev1.SecurityContext) bo
 		return *uid > 0
 	}
 	return nonRoot != nil && *nonRoot
+}
+
+// groupProblems lists what keeps a container's groups from being known to
+// exclude root's: CRI sockets are root:root 0660, so group 0 alone would
+// reach them. The primary group must be set above 0 (else it comes from the
+// image's /etc/passwd), fsGroup and supplementalGroups must not hold 0, and
+// supplementalGroupsPolicy must be Strict (else the image's /etc/group adds
+// groups the image's author chose).
+func groupProblems(pod *corev1.PodSecurityContext, c *corev1.SecurityContext) []string {
+	if pod == nil {
+		pod = &corev1.PodSecurityContext{}
+	}
+	var missing []string
+	gid := c.RunAsGroup
+	if gid == nil {
+		gid = pod.RunAsGroup
+	}
+	if gid == nil || *gid <= 0 {
+		missing = append(missing, "runAsGroup above 0")
+	}
+	if (pod.FSGroup != nil && *pod.FSGroup <= 0) || slices.ContainsFunc(pod.SupplementalGroups, func(g int64) bool { return g <= 0 }) {
+		missing = append(missing, "fsGroup and supplementalGroups above 0")
+	}
+	if pod.SupplementalGroupsPolicy == nil || *pod.SupplementalGroupsPolicy != corev1.SupplementalGroupsPolicyStrict {
+		missing = append(missing, "supplementalGroupsPolicy: Strict")
+	}
+	return missing
 }
 
 // RunAliases cleans a path and lists it under both /run and /var/run, its usual
@@ -183,6 +216,10 @@ func sensitiveHostPathCEL(in *CELInput) *CELCheck {
 		mounting = append(mounting, m+")")
 		unsafe = append(unsafe, m+" && !("+readOnlyParentCEL()+"))")
 	}
+	if in.Policy.Spec.SensitiveHostPathParents == config.ParentsDeny {
+		below = "(" + below + " || " + parent + ")"
+		parent = "false"
+	}
 	return &CELCheck{Message: "mounts a host path that exposes devices or the NVIDIA runtime's configuration, or a parent of one other than read-only, as non-root, without privilege",
 		Pod: fmt.Sprintf(`has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath) && %[1]s && `+
 			`((%[2]s && (request.operation == "CREATE" || %[3]s)) || (!(%[2]s) && %[4]s && (%[5]s))))`,
@@ -203,9 +240,14 @@ func readOnlyParentCEL() string {
 	}
 	uid := fmt.Sprintf(`(%s ? c.securityContext.runAsUser : (%s ? object.spec.securityContext.runAsUser : -1))`, sc("runAsUser"), pod("runAsUser"))
 	nonRootFlag := fmt.Sprintf(`(%s ? c.securityContext.runAsNonRoot : (%s && object.spec.securityContext.runAsNonRoot))`, sc("runAsNonRoot"), pod("runAsNonRoot"))
+	gid := fmt.Sprintf(`(%s ? c.securityContext.runAsGroup : (%s ? object.spec.securityContext.runAsGroup : -1))`, sc("runAsGroup"), pod("runAsGroup"))
 	return strings.Join([]string{
 		`c.volumeMounts.all(m, m.name != v.name || (has(m.readOnly) && m.readOnly))`,
 		fmt.Sprintf(`(%[1]s > 0 || (%[1]s == -1 && %[2]s))`, uid, nonRootFlag),
+		gid + ` > 0`,
+		`!(` + pod("fsGroup") + ` && object.spec.securityContext.fsGroup <= 0)`,
+		`!(` + pod("supplementalGroups") + ` && object.spec.securityContext.supplementalGroups.exists(g, g <= 0))`,
+		pod("supplementalGroupsPolicy") + ` && object.spec.securityContext.supplementalGroupsPolicy == "Strict"`,
 		sc("allowPrivilegeEscalation") + ` && !c.securityContext.allowPrivilegeEscalation`,
 		sc("capabilities") + ` && has(c.securityContext.capabilities.drop) && "ALL" in c.securityContext.capabilities.drop`,
 		`!(` + sc("privileged") + ` && c.securityContext.privileged)`,
