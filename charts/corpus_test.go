@@ -117,7 +117,7 @@ func corpusPods(t *testing.T, src corpusSource) map[string]*corev1.Pod {
 			t.Fatalf("rendering %s: %v", src.source, err)
 		}
 		for _, m := range r.Manifests {
-			addTemplates(t, pods, m.Name, []byte(m.Content))
+			addTemplates(t, pods, "", []byte(m.Content))
 		}
 		return pods
 	}
@@ -136,7 +136,7 @@ func corpusPods(t *testing.T, src corpusSource) map[string]*corev1.Pod {
 		}
 		rel, _ := filepath.Rel(root, path)
 		for i, doc := range strings.Split(string(data), "\n---") {
-			addTemplates(t, pods, rel+"#"+strconv.Itoa(i+1), []byte(doc))
+			addTemplates(t, pods, rel+"#"+strconv.Itoa(i+1)+" ", []byte(doc))
 		}
 		return nil
 	})
@@ -148,30 +148,40 @@ func corpusPods(t *testing.T, src corpusSource) map[string]*corev1.Pod {
 
 // addTemplates finds the pod templates in one document, wherever they sit
 // (a Deployment's spec.template, a RayCluster's workerGroupSpecs, a
-// TrainingRuntime's replicated Jobs), as the pods their operators create.
-func addTemplates(t *testing.T, pods map[string]*corev1.Pod, name string, doc []byte) {
+// TrainingRuntime's replicated Jobs), as the pods their operators create,
+// named prefix + Kind/name, then where the template sits unless it is the
+// usual spec.template.
+func addTemplates(t *testing.T, pods map[string]*corev1.Pod, prefix string, doc []byte) {
 	t.Helper()
-	var obj map[string]any
-	if err := sigsyaml.Unmarshal(doc, &obj); err != nil || obj == nil {
+	var obj struct {
+		Kind     string `json:"kind"`
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+	}
+	var tree map[string]any
+	if sigsyaml.Unmarshal(doc, &tree) != nil || sigsyaml.Unmarshal(doc, &obj) != nil || obj.Kind == "" {
 		return // not an object: Helm notes, Kustomize patches, comments
 	}
-	if obj["kind"] != nil {
-		walkTemplates(obj, "", func(at string, tmpl map[string]any) {
-			raw, err := json.Marshal(tmpl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pod := &corev1.Pod{}
-			if err := json.Unmarshal(raw, pod); err != nil {
-				t.Errorf("%s%s: not a pod template: %v", name, at, err)
-				return
-			}
-			if pod.Spec.ServiceAccountName == "" {
-				pod.Spec.ServiceAccountName = "default"
-			}
-			pods[name+at] = pod
-		})
-	}
+	name := prefix + obj.Kind + "/" + obj.Metadata.Name
+	walkTemplates(tree, "", func(at string, tmpl map[string]any) {
+		raw, err := json.Marshal(tmpl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{}
+		if err := json.Unmarshal(raw, pod); err != nil {
+			t.Errorf("%s%s: not a pod template: %v", name, at, err)
+			return
+		}
+		if pod.Spec.ServiceAccountName == "" {
+			pod.Spec.ServiceAccountName = "default"
+		}
+		if at == ".spec.template" {
+			at = ""
+		}
+		pods[name+at] = pod
+	})
 }
 
 // walkTemplates calls found for every map whose spec has containers, and

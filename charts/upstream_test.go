@@ -3,19 +3,13 @@
 package charts
 
 import (
-	"context"
 	"maps"
 	"slices"
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/internal/chartrender"
-	"github.com/gpuguard/gpuguard/internal/manifest"
 	"github.com/gpuguard/gpuguard/internal/upstreamchart"
 	"github.com/gpuguard/gpuguard/policy"
 )
@@ -89,43 +83,16 @@ type upstreamWorkload struct {
 
 func renderUpstream(t *testing.T, st upstreamStack) []upstreamWorkload {
 	t.Helper()
-	c, err := upstreamchart.Fetch(context.Background(), st.source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := chartrender.Render(c, st.release, st.ns, st.values)
-	if err != nil {
-		t.Fatalf("rendering %s: %v", st.source, err)
-	}
+	pods := corpusPods(t, corpusSource{name: st.release, source: st.source, ns: st.ns, values: st.values})
 	var out []upstreamWorkload
-	for _, m := range r.Manifests {
-		obj, err := manifest.DecodeObject([]byte(m.Content))
-		if err != nil {
-			continue // kinds gpuguard does not judge: RBAC, ConfigMaps, Services
-		}
-		if pod := podOf(obj); pod != nil {
-			pod.Namespace = st.ns
-			out = append(out, upstreamWorkload{name: m.Head.Kind + "/" + m.Head.Metadata.Name, pod: pod})
-		}
+	for _, name := range slices.Sorted(maps.Keys(pods)) {
+		pods[name].Namespace = st.ns
+		out = append(out, upstreamWorkload{name: name, pod: pods[name]})
 	}
 	if len(out) == 0 {
 		t.Fatalf("%s rendered no workload", st.source)
 	}
 	return out
-}
-
-// podOf is the pod a controller creates from its template (what the webhook
-// mutates; templates themselves are judged, never patched).
-func podOf(obj runtime.Object) *corev1.Pod {
-	tmpl := templateOf(obj)
-	if tmpl == nil {
-		return nil
-	}
-	pod := &corev1.Pod{ObjectMeta: *tmpl.ObjectMeta.DeepCopy(), Spec: *tmpl.Spec.DeepCopy()}
-	if pod.Spec.ServiceAccountName == "" {
-		pod.Spec.ServiceAccountName = "default"
-	}
-	return pod
 }
 
 // firedRules lists the rules behind what gpuguard does to pod: denials,
@@ -197,22 +164,4 @@ func TestUpstreamCharts(t *testing.T) {
 			}
 		})
 	}
-}
-
-func templateOf(obj runtime.Object) *corev1.PodTemplateSpec {
-	switch o := obj.(type) {
-	case *appsv1.DaemonSet:
-		return &o.Spec.Template
-	case *appsv1.Deployment:
-		return &o.Spec.Template
-	case *appsv1.StatefulSet:
-		return &o.Spec.Template
-	case *batchv1.Job:
-		return &o.Spec.Template
-	case *batchv1.CronJob:
-		return &o.Spec.JobTemplate.Spec.Template
-	case *corev1.Pod:
-		return &corev1.PodTemplateSpec{ObjectMeta: o.ObjectMeta, Spec: o.Spec}
-	}
-	return nil
 }

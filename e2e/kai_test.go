@@ -63,19 +63,8 @@ func TestKAIFractionsThroughTheAPIServer(t *testing.T) {
 		Data: map[string]string{config.ConfigMapKey: string(doc)}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig, err := s.cp.Kubeconfig("gpuguard-kai")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wh, err := framework.NewWebhook(s.Binary, kubeconfig, s.CertDir, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	wh.Extra = []string{"--cel-backstop", "--cel-backstop-name", name, "--cel-backstop-exclude-namespace", releaseNS,
-		"--validating-webhook-configuration", s.Configs.Validating.Name}
-	if err := wh.Start(releaseNS + "/" + policyCM); err != nil {
-		t.Fatal(err)
-	}
+	wh := startClusterWebhookOn(t, "gpuguard-kai", policyCM, "--cel-backstop", "--cel-backstop-name", name,
+		"--cel-backstop-exclude-namespace", releaseNS, "--validating-webhook-configuration", s.Configs.Validating.Name)
 	defer func() {
 		_ = wh.Stop()
 		removeBackstop(ctx, t, name)

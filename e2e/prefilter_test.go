@@ -123,6 +123,13 @@ func prefilterApplied(ctx context.Context, want string) (bool, error) {
 // suite's policy ConfigMap) with extra flags, as the user named.
 func startClusterWebhook(t *testing.T, user string, extra ...string) *framework.Webhook {
 	t.Helper()
+	return startClusterWebhookOn(t, user, policyName, extra...)
+}
+
+// startClusterWebhookOn is startClusterWebhook reading the policy from
+// ConfigMap policyCM of the release namespace.
+func startClusterWebhookOn(t *testing.T, user, policyCM string, extra ...string) *framework.Webhook {
+	t.Helper()
 	kubeconfig, err := s.cp.Kubeconfig(user)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +139,7 @@ func startClusterWebhook(t *testing.T, user string, extra ...string) *framework.
 		t.Fatal(err)
 	}
 	wh.Extra = extra
-	if err := wh.Start(releaseNS + "/" + policyName); err != nil {
+	if err := wh.Start(releaseNS + "/" + policyCM); err != nil {
 		t.Fatal(err)
 	}
 	return wh

@@ -42,6 +42,11 @@ func checkCapabilities(ev *evaluation, c *containerRef) {
 	}
 }
 
+// addsDevicesCapabilityCEL is grantsDevices for any added capability of a
+// container c with a securityContext.
+const addsDevicesCapabilityCEL = `has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && ` +
+	`c.securityContext.capabilities.add.exists(a, a.upperAscii() in ["SYS_ADMIN", "CAP_SYS_ADMIN", "ALL", "CAP_ALL"])`
+
 func grantsDevices(c corev1.Capability) bool {
 	name := strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_")
 	return name == "SYS_ADMIN" || name == "ALL"
@@ -64,8 +69,7 @@ func init() {
 		Order:   180, ContainerCheck: checkCapabilities,
 		// Any severity, privileged or not.
 		Trigger: func(in *CELInput) *CELTrigger {
-			return &CELTrigger{Container: `has(c.securityContext) && has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && ` +
-				`c.securityContext.capabilities.add.exists(a, a.upperAscii() in ["SYS_ADMIN", "CAP_SYS_ADMIN", "ALL", "CAP_ALL"])`}
+			return &CELTrigger{Container: `has(c.securityContext) && ` + addsDevicesCapabilityCEL}
 		},
 		Gap: "warnings: rendered only when the policy's severity is `deny`",
 		CEL: func(in *CELInput) *CELCheck {
@@ -79,9 +83,7 @@ func init() {
 			if CapabilitiesJudgePrivileged(a.Privileged, a.Capabilities) {
 				notPrivileged = ""
 			}
-			pred := `has(c.securityContext) && ` + notPrivileged +
-				`has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && ` +
-				`c.securityContext.capabilities.add.exists(a, a.upperAscii() in ["SYS_ADMIN", "CAP_SYS_ADMIN", "ALL", "CAP_ALL"])`
+			pred := `has(c.securityContext) && ` + notPrivileged + addsDevicesCapabilityCEL
 			return &CELCheck{Plain: pred, GPU: pred, Message: "adds SYS_ADMIN; the NVIDIA runtime treats it as privileged"}
 		},
 	})

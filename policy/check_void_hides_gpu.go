@@ -55,9 +55,8 @@ func init() {
 			if !in.Policy.Spec.InjectVoid {
 				return nil
 			}
-			looksForGPU := `has(c.securityContext) && ((has(c.securityContext.privileged) && c.securityContext.privileged) || ` +
-				`(has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && ` +
-				`c.securityContext.capabilities.add.exists(a, a.upperAscii() in ["SYS_ADMIN", "CAP_SYS_ADMIN", "ALL", "CAP_ALL"])))`
+			looksForGPU := `has(c.securityContext) && ((has(c.securityContext.privileged) && c.securityContext.privileged) || (` +
+				addsDevicesCapabilityCEL + `))`
 			return &CELTrigger{Container: fmt.Sprintf("!(%s) && %s", in.IsGPU, looksForGPU)}
 		},
 		Gap: "a warning only: the backstop renders what denies",

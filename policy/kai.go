@@ -50,24 +50,30 @@ const KAIDevicesAnnotation = "gpu-fraction-num-devices"
 // its fraction container; 0 otherwise. The node verifier accepts that many
 // GPUs without a kubelet allocation.
 func KAIFractionDevices(pod *corev1.Pod, name string, schedulers []string) int {
-	ann := pod.Annotations
-	_, fraction := ann[KAIFractionAnnotation]
-	_, memory := ann[KAIMemoryAnnotation]
-	if !(fraction || memory) || !slices.Contains(schedulers, pod.Spec.SchedulerName) || len(pod.Spec.Containers) == 0 {
+	if fc, ok := kaiFractionContainer(pod.Annotations, &pod.Spec, schedulers); !ok || fc != name {
 		return 0
 	}
-	want, named := ann[KAIContainerNameAnnotation]
-	if !named {
-		want = pod.Spec.Containers[0].Name
-	}
-	if name != want {
-		return 0
-	}
-	n, err := strconv.Atoi(ann[KAIDevicesAnnotation])
-	if _, set := ann[KAIDevicesAnnotation]; !set || err != nil || n < 1 {
+	v, set := pod.Annotations[KAIDevicesAnnotation]
+	n, err := strconv.Atoi(v)
+	if !set || err != nil || n < 1 {
 		return 1
 	}
 	return n
+}
+
+// kaiFractionContainer names the fraction container of a pod that asks for a
+// fraction and that KAI schedules: gpu-fraction-container-name, else the
+// first container; ok is false for any other pod.
+func kaiFractionContainer(ann map[string]string, spec *corev1.PodSpec, schedulers []string) (string, bool) {
+	_, fraction := ann[KAIFractionAnnotation]
+	_, memory := ann[KAIMemoryAnnotation]
+	if !(fraction || memory) || !slices.Contains(schedulers, spec.SchedulerName) || len(spec.Containers) == 0 {
+		return "", false
+	}
+	if name, named := ann[KAIContainerNameAnnotation]; named {
+		return name, true
+	}
+	return spec.Containers[0].Name, true
 }
 
 // kaiFractionRef reports whether env entry v of container c is the one KAI's
@@ -88,19 +94,10 @@ func (ev *evaluation) kaiFractionRef(c *containerRef, v *corev1.EnvVar) bool {
 // kaiConfigMapName is the ConfigMap KAI's binder writes for container c; ok
 // is false unless c is the fraction container of a pod KAI will bind.
 func kaiConfigMapName(ann map[string]string, spec *corev1.PodSpec, c *containerRef, schedulers []string) (string, bool) {
-	_, fraction := ann[KAIFractionAnnotation]
-	_, memory := ann[KAIMemoryAnnotation]
 	prefix := ann[KAIConfigMapAnnotation]
-	if !(fraction || memory) || !slices.Contains(schedulers, spec.SchedulerName) || spec.NodeName != "" ||
-		!strings.HasSuffix(prefix, KAIConfigMapSuffix) || len(spec.Containers) == 0 {
-		return "", false
-	}
-	name, named := ann[KAIContainerNameAnnotation]
-	if !named {
-		name = spec.Containers[0].Name
-	}
+	name, ok := kaiFractionContainer(ann, spec, schedulers)
 	switch {
-	case c.c.Name != name:
+	case !ok || c.c.Name != name || spec.NodeName != "" || !strings.HasSuffix(prefix, KAIConfigMapSuffix):
 		return "", false
 	case c.kind == initContainer:
 		return prefix + "-i" + strconv.Itoa(c.index), true
@@ -141,7 +138,6 @@ func EffectivelyVoidCEL(p *config.Policy, name string) string {
 	if name != visibleDevices || !p.Spec.Integrations.KAIScheduler.Fractions {
 		return void
 	}
-	entries := fmt.Sprintf(`c.env.filter(e, e.name == %s)`, celexpr.Str(name))
-	last := fmt.Sprintf(`%[1]s[size(%[1]s) - 1]`, entries)
+	entries, last := celexpr.LastEntry(name)
 	return fmt.Sprintf(`(%s || (has(c.env) && size(%s) > 0 && %s))`, void, entries, KAIFractionRefCEL(p, last))
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +37,12 @@ type Sync struct {
 	// backstop objects, so that removing gpuguard (helm uninstall deletes that
 	// configuration) garbage-collects them too.
 	Owner string
+
+	// guardGone: the KAI ConfigMap guard is known absent (deleted, or never
+	// applied, by this process), so a policy without the integration needs
+	// no DELETE on every reapply. The reconciler and the reapplier both
+	// apply, hence atomic.
+	guardGone atomic.Bool
 }
 
 // fieldOwner is the server-side apply field manager of the backstop objects.
@@ -57,8 +64,14 @@ func (b *Sync) Apply(ctx context.Context, p *config.Policy) error {
 			}
 		}
 	}
-	if err == nil && policies.KAIGuard == nil {
-		err = b.deleteKAIGuard(ctx)
+	switch {
+	case err == nil && policies.KAIGuard != nil:
+		b.guardGone.Store(false)
+	case err == nil && !b.guardGone.Load():
+		// Left by a policy with the integration on, here or before a restart.
+		if err = b.deleteKAIGuard(ctx); err == nil {
+			b.guardGone.Store(true)
+		}
 	}
 	if err != nil {
 		b.Syncs.WithLabelValues("error").Inc()

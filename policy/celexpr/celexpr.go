@@ -75,11 +75,17 @@ func Judgeable(p string) string {
 	return fmt.Sprintf(`!%[1]s.contains("//") && !%[1]s.contains("/.") && !%[1]s.startsWith(".")`, p)
 }
 
+// LastEntry is, in container c, the list of the variable's env entries and
+// its last one (valid where the list is not empty).
+func LastEntry(name string) (entries, last string) {
+	entries = fmt.Sprintf(`c.env.filter(e, e.name == %s)`, Str(name))
+	return entries, fmt.Sprintf(`%[1]s[size(%[1]s) - 1]`, entries)
+}
+
 // EffectivelyVoid: in container c, the last entry of the variable is a
 // literal void or "".
 func EffectivelyVoid(name string) string {
-	entries := fmt.Sprintf(`c.env.filter(e, e.name == %s)`, Str(name))
-	last := fmt.Sprintf(`%[1]s[size(%[1]s) - 1]`, entries)
+	entries, last := LastEntry(name)
 	return fmt.Sprintf(`has(c.env) && size(%s) > 0 && !has(%[2]s.valueFrom) && (!has(%[2]s.value) || %[2]s.value in ["void", ""])`, entries, last)
 }
 
