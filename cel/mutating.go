@@ -15,7 +15,9 @@ import (
 // variable) into every container without GPU resources whose effective value is
 // not void or "", as the webhook's mutating phase does: appended as new env
 // entries, since pod env outranks image ENV and envFrom. GPU containers and mirror
-// pods are never touched. Reapplying changes nothing, so it may be reinvoked.
+// pods are never touched. It also pins the groups of a new pod that mounts a
+// parent of a sensitive path read-only (pin-parent-groups). Reapplying changes
+// nothing, so it may be reinvoked.
 func (r *rules) mutatingPolicy(name string) *admissionregistrationv1.MutatingAdmissionPolicy {
 	var patches []string
 	if r.p.Spec.InjectVoid {
@@ -26,6 +28,9 @@ func (r *rules) mutatingPolicy(name string) *admissionregistrationv1.MutatingAdm
 		// An empty list of JSONPatch: a bare [] is a list(dyn), which the API
 		// server refuses at evaluation, failing every pod closed.
 		patches = []string{`[JSONPatch{op: "test", path: "/kind", value: "Pod"}].filter(p, false)`}
+	}
+	if pins := policy.ParentGroupPinsCEL(r.input()); pins != "" {
+		patches = append(patches, pins)
 	}
 	conds := append(r.exemptions(), admissionregistrationv1.MatchCondition{Name: "not-a-mirror-pod", Expression: "!" + celexpr.MirrorPod},
 		admissionregistrationv1.MatchCondition{Name: PrefilterName, Expression: r.hasWork})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"maps"
 	"regexp"
@@ -228,7 +229,28 @@ func compareDevices(t *testing.T, req policy.Request, want policy.Result, got *c
 		if g, w := lastEnv(c, "NVIDIA_VISIBLE_DEVICES"), lastEnv(wantContainers[i], "NVIDIA_VISIBLE_DEVICES"); g != w {
 			t.Errorf("container %s: NVIDIA_VISIBLE_DEVICES=%s with the backstop, %s with the engine", c.Name, g, w)
 		}
+		if g, w := runAsGroup(c), runAsGroup(wantContainers[i]); g != w {
+			t.Errorf("container %s: runAsGroup %s with the backstop, %s with the engine", c.Name, g, w)
+		}
 	}
+	if g, w := groupsPolicy(got), groupsPolicy(expected.(*corev1.Pod)); g != w {
+		t.Errorf("supplementalGroupsPolicy %s with the backstop, %s with the engine", g, w)
+	}
+}
+
+// runAsGroup and groupsPolicy show what pin-parent-groups sets, or <unset>.
+func runAsGroup(c corev1.Container) string {
+	if c.SecurityContext == nil || c.SecurityContext.RunAsGroup == nil {
+		return "<unset>"
+	}
+	return fmt.Sprint(*c.SecurityContext.RunAsGroup)
+}
+
+func groupsPolicy(p *corev1.Pod) string {
+	if p.Spec.SecurityContext == nil || p.Spec.SecurityContext.SupplementalGroupsPolicy == nil {
+		return "<unset>"
+	}
+	return string(*p.Spec.SecurityContext.SupplementalGroupsPolicy)
 }
 
 func lastEnv(c corev1.Container, name string) string {

@@ -58,7 +58,7 @@ func checkSensitiveHostPaths(ev *evaluation) {
 			if !mounts(c.c, v.Name) {
 				continue
 			}
-			if missing := readOnlyParentProblems(ev.t.spec, c.c, v.Name); len(missing) > 0 {
+			if missing := ev.parentProblems(c, v.Name); len(missing) > 0 {
 				ev.report(RuleSensitiveHostPath, effectDeny, c, at,
 					"mounts %s, a parent of %s, without %s; a parent needs readOnly, a non-root user and group, "+
 						"allowPrivilegeEscalation: false, capabilities.drop [ALL] and no privilege", quote(v.HostPath.Path), s, strings.Join(missing, ", "))
@@ -89,9 +89,18 @@ func mounts(c *corev1.Container, volume string) bool {
 	return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == volume })
 }
 
-// readOnlyParentProblems lists what container c lacks to mount a parent of a
-// sensitive path; none means it may.
-func readOnlyParentProblems(spec *corev1.PodSpec, c *corev1.Container, volume string) []string {
+// parentProblems lists what container c lacks to mount a parent of a
+// sensitive path, with the groups gpuguard pins on a new pod taken as pinned
+// (pin-parent-groups); none means it may.
+func (ev *evaluation) parentProblems(c *containerRef, volume string) []string {
+	pod, sc := ev.pins.applied(ev.t.spec.SecurityContext, c)
+	return readOnlyParentProblems(c.c, volume, pod, sc, true)
+}
+
+// readOnlyParentProblems lists what container c, under the pod's and its
+// own security contexts, lacks to mount a parent of a sensitive path; the
+// group conditions only where withGroups is set.
+func readOnlyParentProblems(c *corev1.Container, volume string, pod *corev1.PodSecurityContext, sc *corev1.SecurityContext, withGroups bool) []string {
 	var missing []string
 	for _, m := range c.VolumeMounts {
 		if m.Name == volume && !m.ReadOnly {
@@ -99,14 +108,15 @@ func readOnlyParentProblems(spec *corev1.PodSpec, c *corev1.Container, volume st
 			break
 		}
 	}
-	sc := c.SecurityContext
 	if sc == nil {
 		sc = &corev1.SecurityContext{}
 	}
-	if !runsAsNonRoot(spec.SecurityContext, sc) {
+	if !runsAsNonRoot(pod, sc) {
 		missing = append(missing, "a non-root user")
 	}
-	missing = append(missing, groupProblems(spec.SecurityContext, sc)...)
+	if withGroups {
+		missing = append(missing, groupProblems(pod, sc)...)
+	}
 	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
 		missing = append(missing, "allowPrivilegeEscalation: false")
 	}
@@ -149,20 +159,29 @@ func groupProblems(pod *corev1.PodSecurityContext, c *corev1.SecurityContext) []
 		pod = &corev1.PodSecurityContext{}
 	}
 	var missing []string
-	gid := c.RunAsGroup
-	if gid == nil {
-		gid = pod.RunAsGroup
-	}
-	if gid == nil || *gid <= 0 {
+	if gid := effectiveID(pod.RunAsGroup, c.RunAsGroup); gid == nil || *gid <= 0 {
 		missing = append(missing, "runAsGroup above 0")
 	}
-	if (pod.FSGroup != nil && *pod.FSGroup <= 0) || slices.ContainsFunc(pod.SupplementalGroups, func(g int64) bool { return g <= 0 }) {
+	if rootInGroups(pod) {
 		missing = append(missing, "fsGroup and supplementalGroups above 0")
 	}
 	if pod.SupplementalGroupsPolicy == nil || *pod.SupplementalGroupsPolicy != corev1.SupplementalGroupsPolicyStrict {
 		missing = append(missing, "supplementalGroupsPolicy: Strict")
 	}
 	return missing
+}
+
+// effectiveID is the container's user or group ID if set, else the pod's.
+func effectiveID(pod, container *int64) *int64 {
+	if container != nil {
+		return container
+	}
+	return pod
+}
+
+// rootInGroups: the pod's fsGroup or supplementalGroups hold root's group.
+func rootInGroups(pod *corev1.PodSecurityContext) bool {
+	return (pod.FSGroup != nil && *pod.FSGroup <= 0) || slices.ContainsFunc(pod.SupplementalGroups, func(g int64) bool { return g <= 0 })
 }
 
 // RunAliases cleans a path and lists it under both /run and /var/run, its usual
@@ -189,7 +208,7 @@ func init() {
 		// Any host path: a parent of a sensitive path is one too, and paths
 		// CEL cannot clean are left to the webhook.
 		Trigger: func(in *CELInput) *CELTrigger {
-			return &CELTrigger{Pod: `has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath))`}
+			return &CELTrigger{Pod: hostPathTrigger}
 		},
 		Gap: "host paths that need cleaning (`..`, `//`, `./`): CEL has no `path.Clean`, so they are left to the webhook rather than judged wrongly",
 		CEL: sensitiveHostPathCEL,
@@ -201,15 +220,7 @@ func init() {
 // that a judged container mounts without the conditions, with /run and
 // /var/run alike, for paths CEL can judge.
 func sensitiveHostPathCEL(in *CELInput) *CELCheck {
-	var paths []string
-	for _, s := range in.Policy.Spec.SensitiveHostPaths {
-		paths = append(paths, RunAliases(s)...)
-	}
-	slices.Sort(paths)
-	list := celexpr.List(slices.Compact(paths))
-	p := celexpr.CleanPath("v.hostPath.path")
-	below := fmt.Sprintf(`%s.exists(s, %[2]s == s || %[2]s.startsWith(s + "/"))`, list, p)
-	parent := fmt.Sprintf(`%s.exists(s, %[2]s == "/" || s.startsWith(%[2]s + "/"))`, list, p)
+	below, parent := sensitiveRelationCEL(in)
 	var mounting, unsafe []string
 	for _, l := range in.JudgedLists {
 		m := fmt.Sprintf(`%s.exists(c, has(c.volumeMounts) && c.volumeMounts.exists(m, m.name == v.name)`, l)
@@ -226,6 +237,22 @@ func sensitiveHostPathCEL(in *CELInput) *CELCheck {
 			celexpr.Judgeable("v.hostPath.path"), below, celexpr.Or(mounting...), parent, celexpr.Or(unsafe...))}
 }
 
+// sensitiveRelationCEL are predicates over a host path volume v: its path is
+// at or below a sensitive path (below), or a parent of one (parent), with
+// /run and /var/run alike.
+func sensitiveRelationCEL(in *CELInput) (below, parent string) {
+	var paths []string
+	for _, s := range in.Policy.Spec.SensitiveHostPaths {
+		paths = append(paths, RunAliases(s)...)
+	}
+	slices.Sort(paths)
+	list := celexpr.List(slices.Compact(paths))
+	p := celexpr.CleanPath("v.hostPath.path")
+	below = fmt.Sprintf(`%s.exists(s, %[2]s == s || %[2]s.startsWith(s + "/"))`, list, p)
+	parent = fmt.Sprintf(`%s.exists(s, %[2]s == "/" || s.startsWith(%[2]s + "/"))`, list, p)
+	return below, parent
+}
+
 // related reports whether two clean absolute paths are equal or one lies below the other.
 func related(a, b string) bool {
 	return a == b || a == "/" || b == "/" || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/")
@@ -234,22 +261,48 @@ func related(a, b string) bool {
 // readOnlyParentCEL is readOnlyParentProblems finding nothing, over a
 // container c mounting volume v.
 func readOnlyParentCEL() string {
+	return strings.Join([]string{mountsReadOnlyCEL, unprivilegedCEL(), celIDOf("runAsGroup") + ` > 0`, podGroupsCEL(true)}, " && ")
+}
+
+// mountsReadOnlyCEL: container c mounts volume v only read-only.
+const mountsReadOnlyCEL = `c.volumeMounts.all(m, m.name != v.name || (has(m.readOnly) && m.readOnly))`
+
+// unprivilegedCEL: container c runs as a non-root user, without privilege
+// escalation, capabilities or privilege.
+func unprivilegedCEL() string {
 	sc := func(f string) string { return "has(c.securityContext) && has(c.securityContext." + f + ")" }
-	pod := func(f string) string {
-		return "has(object.spec.securityContext) && has(object.spec.securityContext." + f + ")"
-	}
-	uid := fmt.Sprintf(`(%s ? c.securityContext.runAsUser : (%s ? object.spec.securityContext.runAsUser : -1))`, sc("runAsUser"), pod("runAsUser"))
-	nonRootFlag := fmt.Sprintf(`(%s ? c.securityContext.runAsNonRoot : (%s && object.spec.securityContext.runAsNonRoot))`, sc("runAsNonRoot"), pod("runAsNonRoot"))
-	gid := fmt.Sprintf(`(%s ? c.securityContext.runAsGroup : (%s ? object.spec.securityContext.runAsGroup : -1))`, sc("runAsGroup"), pod("runAsGroup"))
+	nonRootFlag := fmt.Sprintf(`(%s ? c.securityContext.runAsNonRoot : (%s && object.spec.securityContext.runAsNonRoot))`, sc("runAsNonRoot"), podHas("runAsNonRoot"))
 	return strings.Join([]string{
-		`c.volumeMounts.all(m, m.name != v.name || (has(m.readOnly) && m.readOnly))`,
-		fmt.Sprintf(`(%[1]s > 0 || (%[1]s == -1 && %[2]s))`, uid, nonRootFlag),
-		gid + ` > 0`,
-		`!(` + pod("fsGroup") + ` && object.spec.securityContext.fsGroup <= 0)`,
-		`!(` + pod("supplementalGroups") + ` && object.spec.securityContext.supplementalGroups.exists(g, g <= 0))`,
-		pod("supplementalGroupsPolicy") + ` && object.spec.securityContext.supplementalGroupsPolicy == "Strict"`,
+		fmt.Sprintf(`(%[1]s > 0 || (%[1]s == -1 && %[2]s))`, celIDOf("runAsUser"), nonRootFlag),
 		sc("allowPrivilegeEscalation") + ` && !c.securityContext.allowPrivilegeEscalation`,
 		sc("capabilities") + ` && has(c.securityContext.capabilities.drop) && "ALL" in c.securityContext.capabilities.drop`,
 		`!(` + sc("privileged") + ` && c.securityContext.privileged)`,
 	}, " && ")
+}
+
+// podGroupsCEL: the pod's fsGroup and supplementalGroups hold no 0 and,
+// where strict is set, its supplementalGroupsPolicy is Strict (else unset
+// or Strict).
+func podGroupsCEL(strict bool) string {
+	policy := podHas("supplementalGroupsPolicy") + ` && object.spec.securityContext.supplementalGroupsPolicy == "Strict"`
+	if !strict {
+		policy = `!(` + podHas("supplementalGroupsPolicy") + ` && object.spec.securityContext.supplementalGroupsPolicy != "Strict")`
+	}
+	return strings.Join([]string{
+		`!(` + podHas("fsGroup") + ` && object.spec.securityContext.fsGroup <= 0)`,
+		`!(` + podHas("supplementalGroups") + ` && object.spec.securityContext.supplementalGroups.exists(g, g <= 0))`,
+		policy,
+	}, " && ")
+}
+
+// celIDOf is container c's runAsUser or runAsGroup (field), else the pod's,
+// else -1.
+func celIDOf(field string) string {
+	return fmt.Sprintf(`(has(c.securityContext) && has(c.securityContext.%[1]s) ? c.securityContext.%[1]s : (%[2]s ? object.spec.securityContext.%[1]s : -1))`,
+		field, podHas(field))
+}
+
+// podHas: the pod's securityContext sets field.
+func podHas(field string) string {
+	return "has(object.spec.securityContext) && has(object.spec.securityContext." + field + ")"
 }

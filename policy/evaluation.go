@@ -81,6 +81,8 @@ type evaluation struct {
 	edits   map[int]*envEdits // by containerRef.pos
 	// templateVoid names the containers of a template whose pods will get void.
 	templateVoid []string
+	// pins are the group settings planned by pin-parent-groups.
+	pins groupPins
 }
 
 // report records a finding about a container, or about the pod when c is nil.
@@ -257,6 +259,11 @@ func (ev *evaluation) result(mode config.Mode) Result {
 	r.Allowed = !r.denied()
 	if r.Allowed && ev.mutable {
 		r.Patch = ev.patch()
+		if !ev.pins.empty() {
+			r.Patch = append(ev.pins.patch(ev.t.spec, ev.containers), r.Patch...)
+			// The validating phase sees the pod pinned and says nothing of it.
+			r.Warnings = append(r.Warnings, ev.pins.notes(ev.t.specPath, ev.containers, "set to")...)
+		}
 	}
 	return r
 }

@@ -116,6 +116,15 @@ func (n *Node) start(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(n.Root, "log"), 0o755); err != nil {
 		return err
 	}
+	// The way to containerd's socket is open to every user, as /run and
+	// /run/containerd (0711) are on a node: the socket's own mode (root:root
+	// 0660) is what keeps pods out, which the suite shows.
+	if err := os.Chmod(n.Root, 0o711); err != nil {
+		return err
+	}
+	if err := os.Mkdir(filepath.Join(n.Root, "run"), 0o711); err != nil {
+		return err
+	}
 	var err error
 	if n.agentBinary, err = BuildAgent(n.repoRoot, n.Root); err != nil {
 		return err

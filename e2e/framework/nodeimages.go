@@ -28,6 +28,10 @@ const (
 	PauseImage = "registry.k8s.io/pause:3.10.1"
 	// ProbeImage reports what its container was given (images/probe).
 	ProbeImage = "gpuguard.test/probe:e2e"
+	// RootGroupProbeImage is the probe in an image whose /etc/passwd gives
+	// user 65534 root's group as its primary group and whose /etc/group
+	// adds it to root's group again: what any tenant can build.
+	RootGroupProbeImage = "gpuguard.test/probe-root-group:e2e"
 )
 
 // testImage is a single-binary image built from a Go program of this module.
@@ -39,6 +43,8 @@ type testImage struct {
 	// user runs the entrypoint ("uid:gid"); root when empty. A non-root
 	// image also gets an /etc/passwd naming it, as distroless images have.
 	user string
+	// files are added to the image, by path without the leading slash.
+	files map[string][]byte
 }
 
 func testImages() []testImage {
@@ -48,6 +54,10 @@ func testImages() []testImage {
 		// anything else, the NVIDIA runtime gives such a container every GPU.
 		{ref: ProbeImage, pkg: "./e2e/framework/images/probe", binary: "/probe",
 			env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}},
+		{ref: RootGroupProbeImage, pkg: "./e2e/framework/images/probe", binary: "/probe", files: map[string][]byte{
+			"etc/passwd": []byte("root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:0:nobody:/nonexistent:/sbin/nologin\n"),
+			"etc/group":  []byte("root:x:0:nobody\nnogroup:x:65534:\n"),
+		}},
 	}
 }
 
@@ -79,7 +89,7 @@ func (ti testImage) build(repoRoot, dir string) (v1.Image, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build %s: %w\n%s", ti.pkg, err, out)
 	}
-	layer, err := binaryLayer(bin, ti.binary, ti.user, nil)
+	layer, err := binaryLayer(bin, ti.binary, ti.user, ti.files)
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,11 @@ type ProbeReport struct {
 	Env             map[string]string `json:"env"`
 	DeviceListFiles []string          `json:"deviceListFiles"`
 	Devices         []string          `json:"devices"`
+	// Groups are the process's groups, the primary one first.
+	Groups []int `json:"groups"`
+	// Connect is "ok" when the probe could connect to PROBE_CONNECT, else
+	// the error.
+	Connect string `json:"connect,omitempty"`
 }
 
 var gpuNode = regexp.MustCompile(`^/dev/nvidia[0-9]+$`)

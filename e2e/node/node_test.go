@@ -49,11 +49,13 @@ func TestNode(t *testing.T) {
 	t.Run("typical node", func(t *testing.T) {
 		apply(t, typical)
 		t.Run("without gpuguard a pod without GPUs sees every GPU", testLeak)
+		t.Run("without gpuguard a non-root pod mounting / read-only reaches the runtime's socket", testHostRootReachesRuntime)
 		t.Run("the verifier finds a pod created while admission was absent", testVerifierFinds(tenantNS, envLeak, gpuPod))
 		installGPUGuard(t)
 		t.Run("the verifier finds a pod in a namespace admission does not guard", testVerifierFinds(exemptNS, envLeak, gpuPod))
 		t.Run("with gpuguard the same pod sees none", testLeakClosed)
 		t.Run("with gpuguard NVIDIA_VISIBLE_DEVICES=all is denied", testEnvAllDenied)
+		t.Run("with gpuguard the same read-only / gets pinned groups and the socket refuses it", testHostRootPinned)
 		t.Run("the kubelet's status reports never reach the webhook", testStatusReportsNotSent)
 		t.Run("envvar: a GPU pod sees its device only", testAllocation)
 		t.Run("envvar: the verifier finds nothing on GPU pods using their own GPUs", testVerifierQuiet)

@@ -7,17 +7,21 @@
 // NVIDIA_* variables, the entries under /var/run/nvidia-container-devices
 // (the volume-mounts device list) and the /dev/nvidia* nodes it can see.
 // With PROBE_HOLD set it keeps running afterwards, for the node verifier.
+// It also reports its groups (the primary one first) and, with
+// PROBE_CONNECT naming a unix socket, whether it could connect to it.
 package main
 
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // report is what the suite reads back; keep in step with framework.ProbeReport.
@@ -25,6 +29,8 @@ type report struct {
 	Env             map[string]string `json:"env"`
 	DeviceListFiles []string          `json:"deviceListFiles"`
 	Devices         []string          `json:"devices"`
+	Groups          []int             `json:"groups"`
+	Connect         string            `json:"connect,omitempty"`
 }
 
 func main() {
@@ -39,6 +45,10 @@ func main() {
 	}
 	r.DeviceListFiles = list("/var/run/nvidia-container-devices/*")
 	r.Devices = list("/dev/nvidia*")
+	r.Groups = append([]int{os.Getgid()}, groups()...)
+	if sock := os.Getenv("PROBE_CONNECT"); sock != "" {
+		r.Connect = connect(sock)
+	}
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
 	if err := os.WriteFile("/dev/termination-log", out, 0o644); err != nil {
@@ -59,4 +69,23 @@ func list(pattern string) []string {
 		return []string{}
 	}
 	return paths
+}
+
+func groups() []int {
+	g, err := os.Getgroups()
+	if err != nil {
+		return []int{-1}
+	}
+	return g
+}
+
+// connect is "ok" when a connection to the unix socket at path succeeds,
+// else why not.
+func connect(path string) string {
+	conn, err := net.DialTimeout("unix", path, 5*time.Second)
+	if err != nil {
+		return err.Error()
+	}
+	conn.Close()
+	return "ok"
 }

@@ -1,0 +1,233 @@
+package policy
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gomodules.xyz/jsonpatch/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/policy/celexpr"
+)
+
+// pinParentGroups is the mutation pin-parent-groups, in the mutating phase of
+// a new pod and, as a plan, on a controller's template.
+//
+// Fields read: spec.volumes[*].hostPath.path; for a volume that is a strict
+// parent of a sensitive path, in every container that mounts it, what
+// sensitive-hostpath reads.
+//
+// Effect, when the policy's sensitiveHostPathParents is readOnlyUnprivileged:
+// where every container mounting a strict parent of a sensitive path meets
+// every condition of sensitive-hostpath but its groups, and the groups can be
+// made safe without guessing, they are pinned:
+//   - supplementalGroupsPolicy: Strict on the pod, where it is unset (Merge),
+//     so that the image's /etc/group adds no group;
+//   - runAsGroup on each such container whose group is unset (the image's
+//     /etc/passwd would choose it), set to its runAsUser, the convention of
+//     images that create their user.
+//
+// Pinning is all or nothing: a container with another problem, a runAsGroup
+// of 0, a user known only as runAsNonRoot, fsGroup or supplementalGroups
+// holding 0, or an explicit Merge leaves the pod as it is, and
+// sensitive-hostpath denies it. Reapplying changes nothing. A template is
+// never patched: its pods will be, which a warning says (and check prints).
+func pinParentGroups(ev *evaluation) {
+	if ev.e.policy.Spec.SensitiveHostPathParents == config.ParentsDeny || (ev.t.isPod && !ev.mutable) {
+		return
+	}
+	pins, ok := ev.planGroupPins()
+	if !ok || pins.empty() {
+		return
+	}
+	ev.pins = pins
+	if ev.scope == scopeTemplate {
+		for _, n := range pins.notes(ev.t.specPath, ev.containers, "its pods get") {
+			ev.report(RulePinParentGroups, effectWarn, nil, n.Path, "%s", n.Message)
+		}
+	}
+}
+
+// groupPins are the group settings gpuguard adds to a pod.
+type groupPins struct {
+	strict bool          // supplementalGroupsPolicy: Strict on the pod
+	gid    map[int]int64 // runAsGroup, by containerRef.pos
+}
+
+func (p groupPins) empty() bool { return !p.strict && len(p.gid) == 0 }
+
+// planGroupPins finds what to pin; ok is false where the pod's parent
+// mounts cannot all be made safe by pinning, or it has none.
+func (ev *evaluation) planGroupPins() (pins groupPins, ok bool) {
+	spec := ev.t.spec
+	pod := spec.SecurityContext
+	if pod == nil {
+		pod = &corev1.PodSecurityContext{}
+	}
+	pins.gid = map[int]int64{}
+	found := false
+	for _, v := range spec.Volumes {
+		if v.HostPath == nil {
+			continue
+		}
+		if s, below := ev.e.sensitiveRelation(cleanAbsolute(v.HostPath.Path)); s == "" || below {
+			continue
+		}
+		for k := range ev.containers {
+			c := &ev.containers[k]
+			if !mounts(c.c, v.Name) {
+				continue
+			}
+			gid, ok := pinnableGroup(pod, c.c, v.Name)
+			if !ok {
+				return groupPins{}, false
+			}
+			if gid > 0 {
+				pins.gid[c.pos] = gid
+			}
+			found = true
+		}
+	}
+	if rootInGroups(pod) || (pod.SupplementalGroupsPolicy != nil && *pod.SupplementalGroupsPolicy != corev1.SupplementalGroupsPolicyStrict) {
+		return groupPins{}, false
+	}
+	pins.strict = pod.SupplementalGroupsPolicy == nil
+	return pins, found
+}
+
+// pinnableGroup: container c meets every condition for mounting volume but
+// its groups, and its group is set above 0 (gid 0) or can be pinned to its
+// user (gid is the user).
+func pinnableGroup(pod *corev1.PodSecurityContext, c *corev1.Container, volume string) (gid int64, ok bool) {
+	if len(readOnlyParentProblems(c, volume, pod, c.SecurityContext, false)) > 0 {
+		return 0, false
+	}
+	sc := c.SecurityContext // set: allowPrivilegeEscalation is
+	if g := effectiveID(pod.RunAsGroup, sc.RunAsGroup); g != nil {
+		return 0, *g > 0
+	}
+	if uid := effectiveID(pod.RunAsUser, sc.RunAsUser); uid != nil && *uid > 0 {
+		return *uid, true
+	}
+	return 0, false
+}
+
+// applied is the pod's and container c's security contexts with the pins
+// applied.
+func (p groupPins) applied(pod *corev1.PodSecurityContext, c *containerRef) (*corev1.PodSecurityContext, *corev1.SecurityContext) {
+	sc := c.c.SecurityContext
+	if p.strict {
+		pinned := corev1.PodSecurityContext{}
+		if pod != nil {
+			pinned = *pod
+		}
+		strict := corev1.SupplementalGroupsPolicyStrict
+		pinned.SupplementalGroupsPolicy = &strict
+		pod = &pinned
+	}
+	if gid, ok := p.gid[c.pos]; ok {
+		pinned := *sc
+		pinned.RunAsGroup = &gid
+		sc = &pinned
+	}
+	return pod, sc
+}
+
+// patch renders the pins as JSON Patch operations on a Pod.
+func (p groupPins) patch(spec *corev1.PodSpec, containers []containerRef) []jsonpatch.Operation {
+	var ops []jsonpatch.Operation
+	if p.strict {
+		if spec.SecurityContext == nil {
+			ops = append(ops, jsonpatch.NewOperation("add", "/spec/securityContext",
+				map[string]any{"supplementalGroupsPolicy": string(corev1.SupplementalGroupsPolicyStrict)}))
+		} else {
+			ops = append(ops, jsonpatch.NewOperation("add", "/spec/securityContext/supplementalGroupsPolicy",
+				string(corev1.SupplementalGroupsPolicyStrict)))
+		}
+	}
+	for _, pos := range slices.Sorted(maps.Keys(p.gid)) {
+		ops = append(ops, jsonpatch.NewOperation("add", containers[pos].pointer()+"/securityContext/runAsGroup", p.gid[pos]))
+	}
+	return ops
+}
+
+// notes say what the pins set, one warning each, the verb telling pods
+// ("set") from templates ("its pods get"): the value, and that a read-only
+// parent of a sensitive host path is why.
+func (p groupPins) notes(specPath *field.Path, containers []containerRef, verb string) []Warning {
+	var out []Warning
+	if p.strict {
+		out = append(out, Warning{Rule: RulePinParentGroups, Path: specPath.Child("securityContext", "supplementalGroupsPolicy").String(),
+			Message: verb + " Strict, for the host path parent it mounts"})
+	}
+	for _, pos := range slices.Sorted(maps.Keys(p.gid)) {
+		out = append(out, Warning{Rule: RulePinParentGroups, Path: containers[pos].path().Child("securityContext", "runAsGroup").String(),
+			Message: verb + " " + strconv.FormatInt(p.gid[pos], 10) + ", its user, for the host path parent it mounts"})
+	}
+	return out
+}
+
+// RulePinParentGroups is the rule of pinParentGroups.
+const RulePinParentGroups RuleID = "pin-parent-groups"
+
+func init() {
+	register(&Rule{
+		ID: RulePinParentGroups,
+		Summary: "(mutation) on a new pod whose read-only parent host path lacks only safe groups: `supplementalGroupsPolicy: Strict` " +
+			"where unset and `runAsGroup` = `runAsUser` where unset; all or nothing, idempotent",
+		// Its CEL form is part of the backstop's MutatingAdmissionPolicy.
+		Order: 29, PodCheck: pinParentGroups, PodScopes: []scope{scopePod, scopeTemplate},
+		Trigger: func(in *CELInput) *CELTrigger {
+			if in.Policy.Spec.SensitiveHostPathParents == config.ParentsDeny {
+				return nil
+			}
+			return &CELTrigger{Pod: hostPathTrigger}
+		},
+	})
+}
+
+// hostPathTrigger holds for a pod with any host path volume.
+const hostPathTrigger = `has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath))`
+
+// ParentGroupPinsCEL is pin-parent-groups for the backstop's
+// MutatingAdmissionPolicy: a CEL list of JSON Patch operations over a pod
+// being created, empty where nothing is pinned; "" where the policy denies
+// parents outright. Paths CEL cannot clean are left to the webhook, as
+// sensitive-hostpath leaves them.
+func ParentGroupPinsCEL(in *CELInput) string {
+	if in.Policy.Spec.SensitiveHostPathParents == config.ParentsDeny {
+		return ""
+	}
+	below, parent := sensitiveRelationCEL(in)
+	isParent := fmt.Sprintf(`has(v.hostPath) && %s && !(%s) && %s`, celexpr.Judgeable("v.hostPath.path"), below, parent)
+	lists := []string{"initContainers", "containers"}
+	var all []string
+	for _, l := range lists {
+		all = append(all, fmt.Sprintf(`(has(object.spec.%[1]s) ? object.spec.%[1]s : [])`, l))
+	}
+	containers := strings.Join(all, " + ")
+	mountsV := `has(c.volumeMounts) && c.volumeMounts.exists(m, m.name == v.name)`
+	gid, uid := celIDOf("runAsGroup"), celIDOf("runAsUser")
+	pinnable := fmt.Sprintf(`%s && %s && (%s > 0 || (%s == -1 && %s > 0))`, mountsReadOnlyCEL, unprivilegedCEL(), gid, gid, uid)
+	pod := fmt.Sprintf(`request.operation == "CREATE" && has(object.spec.volumes) && `+
+		`object.spec.volumes.exists(v, %[1]s && (%[2]s).exists(c, %[3]s)) && `+
+		`object.spec.volumes.all(v, !(%[1]s) || (%[2]s).all(c, !(%[3]s) || (%[4]s))) && %[5]s`,
+		isParent, containers, mountsV, pinnable, podGroupsCEL(false))
+	strict := fmt.Sprintf(`(%s ? [] : [has(object.spec.securityContext) ? `+
+		`JSONPatch{op: "add", path: "/spec/securityContext/supplementalGroupsPolicy", value: "Strict"} : `+
+		`JSONPatch{op: "add", path: "/spec/securityContext", value: Object.spec.securityContext{supplementalGroupsPolicy: "Strict"}}])`,
+		podHas("supplementalGroupsPolicy"))
+	patches := []string{strict}
+	mountsParent := fmt.Sprintf(`has(c.volumeMounts) && object.spec.volumes.exists(v, %s && c.volumeMounts.exists(m, m.name == v.name))`, isParent)
+	for _, l := range lists {
+		patches = append(patches, fmt.Sprintf(`(has(object.spec.%[1]s) ? object.spec.%[1]s.transformList(i, c, %[2]s && %[3]s == -1, `+
+			`[JSONPatch{op: "add", path: "/spec/%[1]s/" + string(i) + "/securityContext/runAsGroup", value: %[4]s}]).flatten() : [])`,
+			l, mountsParent, gid, uid))
+	}
+	return fmt.Sprintf(`(%s ? %s : [])`, pod, strings.Join(patches, " + "))
+}
