@@ -85,5 +85,16 @@ func init() {
 // denies it.
 func deniedAnnotationCEL(in *CELInput) string {
 	a := in.Policy.Spec.Annotations
-	return celexpr.Or(fmt.Sprintf("k in %s", celexpr.List(a.DeniedKeys)), fmt.Sprintf("%s.exists(p, k.startsWith(p))", celexpr.List(a.DeniedPrefixes)))
+	var tests []string
+	// An empty list is left out: the pre-filter would test every key against it.
+	if len(a.DeniedKeys) > 0 {
+		tests = append(tests, fmt.Sprintf("k in %s", celexpr.List(a.DeniedKeys)))
+	}
+	if len(a.DeniedPrefixes) > 0 {
+		tests = append(tests, fmt.Sprintf("%s.exists(p, k.startsWith(p))", celexpr.List(a.DeniedPrefixes)))
+	}
+	if len(tests) == 0 {
+		return "false"
+	}
+	return celexpr.Or(tests...)
 }

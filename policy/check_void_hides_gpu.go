@@ -57,7 +57,9 @@ func init() {
 			}
 			looksForGPU := `has(c.securityContext) && ((has(c.securityContext.privileged) && c.securityContext.privileged) || (` +
 				addsDevicesCapabilityCEL + `))`
-			return &CELTrigger{Container: fmt.Sprintf("!(%s) && %s", in.IsGPU, looksForGPU)}
+			// The cheap test first: few containers have a securityContext that
+			// looks for GPUs, and the GPU test parses quantities.
+			return &CELTrigger{Container: fmt.Sprintf("%s && !(%s)", looksForGPU, in.IsGPU)}
 		},
 		Gap: "a warning only: the backstop renders what denies",
 	})
