@@ -3,6 +3,7 @@ package cel
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/policy"
@@ -36,7 +37,8 @@ func Prefilter(p *config.Policy) (string, error) {
 
 func (r *rules) prefilter() string {
 	in := r.input()
-	var pods, containers, env []string
+	var pods, containers, env, envNames []string
+	anyName := false
 	add := func(list *[]string, pred string) {
 		if pred != "" && !slices.Contains(*list, pred) {
 			*list = append(*list, pred)
@@ -50,11 +52,21 @@ func (r *rules) prefilter() string {
 			add(&pods, t.Pod)
 			add(&containers, t.Container)
 			add(&env, t.Env)
+			if t.Env != "" {
+				envNames = append(envNames, t.EnvNames...)
+				anyName = anyName || len(t.EnvNames) == 0
+			}
 		}
 	}
 	if len(env) > 0 {
-		// One pass over each container's env for every rule that reads it.
-		containers = append([]string{"has(c.env) && c.env.exists(e, " + celexpr.Or(env...) + ")"}, containers...)
+		// One pass over each container's env for every rule that reads it,
+		// behind one test of the name where every name those rules read
+		// shares a prefix (NVIDIA_): most of a pod's entries are not NVIDIA's.
+		pass := celexpr.Or(env...)
+		if prefix := commonPrefix(envNames); !anyName && len(prefix) > 1 {
+			pass = fmt.Sprintf("e.name.startsWith(%s) && (%s)", celexpr.Str(prefix), pass)
+		}
+		containers = append([]string{"has(c.env) && c.env.exists(e, " + pass + ")"}, containers...)
 	}
 	if len(containers) > 0 {
 		anyTrigger := celexpr.Or(containers...)
@@ -63,4 +75,18 @@ func (r *rules) prefilter() string {
 		}
 	}
 	return `request.kind.kind != "Pod" || ` + celexpr.Or(pods...)
+}
+
+// commonPrefix is the longest prefix every name shares; "" for none.
+func commonPrefix(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	prefix := names[0]
+	for _, n := range names[1:] {
+		for !strings.HasPrefix(n, prefix) {
+			prefix = prefix[:len(prefix)-1]
+		}
+	}
+	return prefix
 }

@@ -69,7 +69,7 @@ func init() {
 		// denies, and "none", which the webhook rewrites to void.
 		Trigger: func(in *CELInput) *CELTrigger {
 			return &CELTrigger{Env: fmt.Sprintf(`e.name in %s && (has(e.valueFrom) || (has(e.value) && e.value != "void"))`,
-				celexpr.List(in.DeviceVars))}
+				celexpr.List(in.DeviceVars)), EnvNames: in.DeviceVars}
 		},
 		CEL: func(in *CELInput) *CELCheck {
 			return &CELCheck{Plain: deviceEnvCEL(in, false), GPU: deviceEnvCEL(in, true),

@@ -41,7 +41,8 @@ func init() {
 		Summary: "advisory (warn): a GPU container setting `NVIDIA_DRIVER_CAPABILITIES` to `all`, which mounts graphics, display and video libraries besides compute's",
 		Order:   125, ContainerCheck: checkDriverCapabilitiesAll,
 		Trigger: func(in *CELInput) *CELTrigger {
-			return &CELTrigger{Env: `e.name == "NVIDIA_DRIVER_CAPABILITIES" && !has(e.valueFrom) && has(e.value) && e.value.contains("all")`}
+			return &CELTrigger{Env: `e.name == "NVIDIA_DRIVER_CAPABILITIES" && !has(e.valueFrom) && has(e.value) && e.value.contains("all")`,
+				EnvNames: []string{"NVIDIA_DRIVER_CAPABILITIES"}}
 		},
 		Gap: "a warning only: the backstop renders what denies",
 	})

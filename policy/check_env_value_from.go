@@ -44,7 +44,7 @@ func init() {
 		Order:   130, ContainerCheck: checkEnvValueFrom,
 		// The CEL form, per entry.
 		Trigger: func(in *CELInput) *CELTrigger {
-			return &CELTrigger{Env: fmt.Sprintf(`e.name in %s && has(e.valueFrom)`, celexpr.List(in.Protected))}
+			return &CELTrigger{Env: fmt.Sprintf(`e.name in %s && has(e.valueFrom)`, celexpr.List(in.Protected)), EnvNames: in.Protected}
 		},
 		CEL: func(in *CELInput) *CELCheck {
 			pred := envValueFromCEL(in)

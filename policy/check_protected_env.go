@@ -72,7 +72,8 @@ func init() {
 		// have or with a value it may not take.
 		Trigger: func(in *CELInput) *CELTrigger {
 			all, gpu := protectedEnvViolations(in)
-			return &CELTrigger{Env: fmt.Sprintf("!has(e.valueFrom) && e.name in %s && (!(%s) || (%s))", celexpr.List(all), in.IsGPU, gpu)}
+			return &CELTrigger{Env: fmt.Sprintf("!has(e.valueFrom) && e.name in %s && (!(%s) || (%s))", celexpr.List(all), in.IsGPU, gpu),
+				EnvNames: all}
 		},
 		CEL: func(in *CELInput) *CELCheck {
 			return &CELCheck{Plain: protectedEnvCEL(in, false), GPU: protectedEnvCEL(in, true),

@@ -70,6 +70,10 @@ type CELInput struct {
 // pre-filter tests every rule's Env in one pass over each container's env.
 type CELTrigger struct {
 	Container, Env, Pod string
+	// EnvNames are the names of the entries Env can hold for; nil means any.
+	// Where every Env trigger lists them and they share a prefix, the
+	// pre-filter tests that prefix first (most entries are not NVIDIA's).
+	EnvNames []string
 }
 
 // CELCheck is a rule's validation in the CEL backstop. A container rule
