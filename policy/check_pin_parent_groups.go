@@ -29,11 +29,13 @@ import (
 //   - supplementalGroupsPolicy: Strict on the pod, where it is unset (Merge),
 //     so that the image's /etc/group adds no group;
 //   - runAsGroup on each such container whose group is unset (the image's
-//     /etc/passwd would choose it), set to its runAsUser, the convention of
-//     images that create their user.
+//     /etc/passwd would choose it), set to PinnedGroup (nogroup); the
+//     container's user must be set, since the runtime refuses a group
+//     without one.
 //
-// Pinning is all or nothing: a container with another problem, a runAsGroup
-// of 0, a user known only as runAsNonRoot, fsGroup or supplementalGroups
+// Pinning is all or nothing: a container with another problem (a process
+// namespace shared with the pod among them), a runAsGroup of 0, a user known
+// only as runAsNonRoot, fsGroup or supplementalGroups
 // holding 0, or an explicit Merge leaves the pod as it is, and
 // sensitive-hostpath denies it. Reapplying changes nothing. A template is
 // never patched: its pods will be, which a warning says (and check prints).
@@ -83,7 +85,7 @@ func (ev *evaluation) planGroupPins() (pins groupPins, ok bool) {
 			if !mounts(c.c, v.Name) {
 				continue
 			}
-			gid, ok := pinnableGroup(pod, c.c, v.Name)
+			gid, ok := pinnableGroup(spec, pod, c.c, v.Name)
 			if !ok {
 				return groupPins{}, false
 			}
@@ -101,21 +103,28 @@ func (ev *evaluation) planGroupPins() (pins groupPins, ok bool) {
 }
 
 // pinnableGroup: container c meets every condition for mounting volume but
-// its groups, and its group is set above 0 (gid 0) or can be pinned to its
-// user (gid is the user).
-func pinnableGroup(pod *corev1.PodSecurityContext, c *corev1.Container, volume string) (gid int64, ok bool) {
-	if len(readOnlyParentProblems(c, volume, pod, c.SecurityContext, false)) > 0 {
+// its groups, and its group is set above 0 (gid 0) or can be pinned (gid is
+// PinnedGroup). Pinning needs its user set above 0: the runtime refuses a
+// group without a user.
+func pinnableGroup(spec *corev1.PodSpec, pod *corev1.PodSecurityContext, c *corev1.Container, volume string) (gid int64, ok bool) {
+	sc := c.SecurityContext
+	if sc == nil || len(readOnlyParentProblems(spec, c, volume, pod, sc, false)) > 0 {
 		return 0, false
 	}
-	sc := c.SecurityContext // set: allowPrivilegeEscalation is
 	if g := effectiveID(pod.RunAsGroup, sc.RunAsGroup); g != nil {
 		return 0, *g > 0
 	}
 	if uid := effectiveID(pod.RunAsUser, sc.RunAsUser); uid != nil && *uid > 0 {
-		return *uid, true
+		return PinnedGroup, true
 	}
 	return 0, false
 }
+
+// PinnedGroup is the group pin-parent-groups gives a container without one:
+// nogroup, which owns nothing on a node. The container's user would be the
+// convention of images, but on the host that ID may be a group that owns a
+// socket (docker's is often 999, as common an ID for a service user).
+const PinnedGroup int64 = 65534
 
 // applied is the pod's and container c's security contexts with the pins
 // applied.
@@ -167,7 +176,7 @@ func (p groupPins) notes(specPath *field.Path, containers []containerRef, verb s
 	}
 	for _, pos := range slices.Sorted(maps.Keys(p.gid)) {
 		out = append(out, Warning{Rule: RulePinParentGroups, Path: containers[pos].path().Child("securityContext", "runAsGroup").String(),
-			Message: verb + " " + strconv.FormatInt(p.gid[pos], 10) + ", its user, for the host path parent it mounts"})
+			Message: verb + " " + strconv.FormatInt(p.gid[pos], 10) + " (nogroup), for the host path parent it mounts"})
 	}
 	return out
 }
@@ -179,7 +188,7 @@ func init() {
 	register(&Rule{
 		ID: RulePinParentGroups,
 		Summary: "(mutation) on a new pod whose read-only parent host path lacks only safe groups: `supplementalGroupsPolicy: Strict` " +
-			"where unset and `runAsGroup` = `runAsUser` where unset; all or nothing, idempotent",
+			"where unset and `runAsGroup: 65534` (nogroup) where unset; all or nothing, idempotent",
 		// Its CEL form is part of the backstop's MutatingAdmissionPolicy.
 		Order: 29, PodCheck: pinParentGroups, PodScopes: []scope{scopePod, scopeTemplate},
 		Trigger: func(in *CELInput) *CELTrigger {
@@ -205,29 +214,29 @@ func ParentGroupPinsCEL(in *CELInput) string {
 	}
 	below, parent := sensitiveRelationCEL(in)
 	isParent := fmt.Sprintf(`has(v.hostPath) && %s && !(%s) && %s`, celexpr.Judgeable("v.hostPath.path"), below, parent)
-	lists := []string{"initContainers", "containers"}
-	var all []string
-	for _, l := range lists {
-		all = append(all, fmt.Sprintf(`(has(object.spec.%[1]s) ? object.spec.%[1]s : [])`, l))
-	}
-	containers := strings.Join(all, " + ")
 	mountsV := `has(c.volumeMounts) && c.volumeMounts.exists(m, m.name == v.name)`
-	gid, uid := celIDOf("runAsGroup"), celIDOf("runAsUser")
-	pinnable := fmt.Sprintf(`%s && %s && (%s > 0 || (%s == -1 && %s > 0))`, mountsReadOnlyCEL, unprivilegedCEL(), gid, gid, uid)
+	pinnable := fmt.Sprintf(`%s && %s && (%s ? %s > 0 : %s > 0)`, mountsReadOnlyCEL, unprivilegedCEL(),
+		celIDSet("runAsGroup"), celIDOf("runAsGroup"), celIDOf("runAsUser"))
+	// Each kind of container on its own: the lists' types differ.
+	var mounted, safe []string
+	for _, l := range kindFields {
+		list := fmt.Sprintf(`(has(object.spec.%[1]s) ? object.spec.%[1]s : [])`, l)
+		mounted = append(mounted, fmt.Sprintf(`%s.exists(c, %s)`, list, mountsV))
+		safe = append(safe, fmt.Sprintf(`%s.all(c, !(%s) || (%s))`, list, mountsV, pinnable))
+	}
 	pod := fmt.Sprintf(`request.operation == "CREATE" && has(object.spec.volumes) && `+
-		`object.spec.volumes.exists(v, %[1]s && (%[2]s).exists(c, %[3]s)) && `+
-		`object.spec.volumes.all(v, !(%[1]s) || (%[2]s).all(c, !(%[3]s) || (%[4]s))) && %[5]s`,
-		isParent, containers, mountsV, pinnable, podGroupsCEL(false))
+		`object.spec.volumes.exists(v, %[1]s && (%[2]s)) && object.spec.volumes.all(v, !(%[1]s) || (%[3]s)) && %[4]s`,
+		isParent, celexpr.Or(mounted...), strings.Join(safe, " && "), podGroupsCEL(false))
 	strict := fmt.Sprintf(`(%s ? [] : [has(object.spec.securityContext) ? `+
 		`JSONPatch{op: "add", path: "/spec/securityContext/supplementalGroupsPolicy", value: "Strict"} : `+
 		`JSONPatch{op: "add", path: "/spec/securityContext", value: Object.spec.securityContext{supplementalGroupsPolicy: "Strict"}}])`,
 		podHas("supplementalGroupsPolicy"))
 	patches := []string{strict}
 	mountsParent := fmt.Sprintf(`has(c.volumeMounts) && object.spec.volumes.exists(v, %s && c.volumeMounts.exists(m, m.name == v.name))`, isParent)
-	for _, l := range lists {
-		patches = append(patches, fmt.Sprintf(`(has(object.spec.%[1]s) ? object.spec.%[1]s.transformList(i, c, %[2]s && %[3]s == -1, `+
-			`[JSONPatch{op: "add", path: "/spec/%[1]s/" + string(i) + "/securityContext/runAsGroup", value: %[4]s}]).flatten() : [])`,
-			l, mountsParent, gid, uid))
+	for _, l := range kindFields {
+		patches = append(patches, fmt.Sprintf(`(has(object.spec.%[1]s) ? object.spec.%[1]s.transformList(i, c, %[2]s && !(%[3]s), `+
+			`[JSONPatch{op: "add", path: "/spec/%[1]s/" + string(i) + "/securityContext/runAsGroup", value: %[4]d}]).flatten() : [])`,
+			l, mountsParent, celIDSet("runAsGroup"), PinnedGroup))
 	}
 	return fmt.Sprintf(`(%s ? %s : [])`, pod, strings.Join(patches, " + "))
 }

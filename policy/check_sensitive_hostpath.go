@@ -94,14 +94,20 @@ func mounts(c *corev1.Container, volume string) bool {
 // (pin-parent-groups); none means it may.
 func (ev *evaluation) parentProblems(c *containerRef, volume string) []string {
 	pod, sc := ev.pins.applied(ev.t.spec.SecurityContext, c)
-	return readOnlyParentProblems(c.c, volume, pod, sc, true)
+	return readOnlyParentProblems(ev.t.spec, c.c, volume, pod, sc, true)
 }
 
-// readOnlyParentProblems lists what container c, under the pod's and its
-// own security contexts, lacks to mount a parent of a sensitive path; the
+// readOnlyParentProblems lists what container c of spec, under the pod's and
+// its own security contexts, lacks to mount a parent of a sensitive path; the
 // group conditions only where withGroups is set.
-func readOnlyParentProblems(c *corev1.Container, volume string, pod *corev1.PodSecurityContext, sc *corev1.SecurityContext, withGroups bool) []string {
+func readOnlyParentProblems(spec *corev1.PodSpec, c *corev1.Container, volume string, pod *corev1.PodSecurityContext, sc *corev1.SecurityContext, withGroups bool) []string {
 	var missing []string
+	// A process namespace shared with the pod's other containers would let
+	// a root one among them take this container's user and groups and enter
+	// its mounts through /proc/PID/root.
+	if spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace {
+		missing = append(missing, "a process namespace of its own")
+	}
 	for _, m := range c.VolumeMounts {
 		if m.Name == volume && !m.ReadOnly {
 			missing = append(missing, "readOnly")
@@ -268,12 +274,14 @@ func readOnlyParentCEL() string {
 const mountsReadOnlyCEL = `c.volumeMounts.all(m, m.name != v.name || (has(m.readOnly) && m.readOnly))`
 
 // unprivilegedCEL: container c runs as a non-root user, without privilege
-// escalation, capabilities or privilege.
+// escalation, capabilities or privilege, in a pod that shares no process
+// namespace among its containers.
 func unprivilegedCEL() string {
 	sc := func(f string) string { return "has(c.securityContext) && has(c.securityContext." + f + ")" }
 	nonRootFlag := fmt.Sprintf(`(%s ? c.securityContext.runAsNonRoot : (%s && object.spec.securityContext.runAsNonRoot))`, sc("runAsNonRoot"), podHas("runAsNonRoot"))
 	return strings.Join([]string{
-		fmt.Sprintf(`(%[1]s > 0 || (%[1]s == -1 && %[2]s))`, celIDOf("runAsUser"), nonRootFlag),
+		`!(has(object.spec.shareProcessNamespace) && object.spec.shareProcessNamespace)`,
+		fmt.Sprintf(`(%s ? %s > 0 : %s)`, celIDSet("runAsUser"), celIDOf("runAsUser"), nonRootFlag),
 		sc("allowPrivilegeEscalation") + ` && !c.securityContext.allowPrivilegeEscalation`,
 		sc("capabilities") + ` && has(c.securityContext.capabilities.drop) && "ALL" in c.securityContext.capabilities.drop`,
 		`!(` + sc("privileged") + ` && c.securityContext.privileged)`,
@@ -300,6 +308,11 @@ func podGroupsCEL(strict bool) string {
 func celIDOf(field string) string {
 	return fmt.Sprintf(`(has(c.securityContext) && has(c.securityContext.%[1]s) ? c.securityContext.%[1]s : (%[2]s ? object.spec.securityContext.%[1]s : -1))`,
 		field, podHas(field))
+}
+
+// celIDSet: container c's securityContext, or the pod's, sets field.
+func celIDSet(field string) string {
+	return fmt.Sprintf(`((has(c.securityContext) && has(c.securityContext.%s)) || %s)`, field, podHas(field))
 }
 
 // podHas: the pod's securityContext sets field.
