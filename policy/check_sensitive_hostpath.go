@@ -19,9 +19,9 @@ import (
 //   - for a volume that is a strict parent of a sensitive path, in every
 //     container that mounts it: volumeMounts[*].readOnly, securityContext
 //     (runAsUser, runAsNonRoot, runAsGroup, allowPrivilegeEscalation,
-//     capabilities.drop, privileged) and the pod's securityContext (runAsUser,
-//     runAsNonRoot, runAsGroup, fsGroup, supplementalGroups,
-//     supplementalGroupsPolicy).
+//     capabilities.drop and .add, privileged), the pod's securityContext
+//     (runAsUser, runAsNonRoot, runAsGroup, fsGroup, supplementalGroups,
+//     supplementalGroupsPolicy) and spec.shareProcessNamespace.
 //
 // Allowed values: a path that is neither equal to, below, nor above one of the
 // policy's sensitiveHostPaths. /run and /var/run are treated alike. A path at
@@ -29,14 +29,16 @@ import (
 // (/, /var, /run, …) is admitted only where every container mounting it
 // mounts it readOnly, runs as a non-root user and a group above 0 (runAsGroup
 // set, fsGroup and supplementalGroups without 0, supplementalGroupsPolicy
-// Strict), sets allowPrivilegeEscalation: false, drops ALL capabilities and is
-// not privileged (the policy's sensitiveHostPathParents: deny denies parents
-// outright): such a process cannot open device nodes (the device cgroup),
-// cannot connect to root-owned sockets (connect needs write permission on the
-// socket, which a read-only mount does not take away but a user outside
-// root's user and group without CAP_DAC_OVERRIDE lacks), and cannot regain
-// either through a setuid or file-capability binary. Default action: deny, whatever the action. On an UPDATE adding ephemeral
-// containers, their mounts are judged the same way.
+// Strict), sets allowPrivilegeEscalation: false, drops ALL capabilities
+// (adding back at most NET_BIND_SERVICE or SYS_TIME), is not privileged and
+// shares no process namespace with the pod's other containers; the policy's
+// sensitiveHostPathParents: deny denies parents outright. Such a process
+// cannot open device nodes (the device cgroup), cannot connect to root-owned
+// sockets (connect needs write permission on the socket, which a read-only
+// mount does not take away but a user outside root's user and group without
+// CAP_DAC_OVERRIDE lacks), and cannot regain either through a setuid or
+// file-capability binary. Default action: deny, whatever the action. On an
+// UPDATE adding ephemeral containers, their mounts are judged the same way.
 func checkSensitiveHostPaths(ev *evaluation) {
 	for i, v := range ev.t.spec.Volumes {
 		if v.HostPath == nil {
@@ -61,7 +63,7 @@ func checkSensitiveHostPaths(ev *evaluation) {
 			if missing := ev.parentProblems(c, v.Name); len(missing) > 0 {
 				ev.report(RuleSensitiveHostPath, effectDeny, c, at,
 					"mounts %s, a parent of %s, without %s; a parent needs readOnly, a non-root user and group, "+
-						"allowPrivilegeEscalation: false, capabilities.drop [ALL] and no privilege", quote(v.HostPath.Path), s, strings.Join(missing, ", "))
+						"allowPrivilegeEscalation: false, capabilities.drop [ALL] (adding back NET_BIND_SERVICE or SYS_TIME at most) and no privilege", quote(v.HostPath.Path), s, strings.Join(missing, ", "))
 			}
 		}
 	}
@@ -129,10 +131,25 @@ func readOnlyParentProblems(spec *corev1.PodSpec, c *corev1.Container, volume st
 	if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
 		missing = append(missing, "capabilities.drop [ALL]")
 	}
+	if sc.Capabilities != nil && slices.ContainsFunc(sc.Capabilities.Add, func(a corev1.Capability) bool { return !harmlessCapability(a) }) {
+		missing = append(missing, "capabilities.add of NET_BIND_SERVICE or SYS_TIME only")
+	}
 	if sc.Privileged != nil && *sc.Privileged {
 		missing = append(missing, "privileged: false")
 	}
 	return missing
+}
+
+// harmlessCapabilities may be added back to a container that mounts a parent
+// of a sensitive path: neither reaches files, sockets or devices. Any other
+// could: an added capability stays in the process's permitted set, and a
+// file-capability binary in the image takes it up even under no_new_privs
+// (DAC_OVERRIDE would open the runtime's socket). kube-prometheus's node
+// exporter adds SYS_TIME.
+var harmlessCapabilities = []string{"NET_BIND_SERVICE", "SYS_TIME"}
+
+func harmlessCapability(c corev1.Capability) bool {
+	return slices.Contains(harmlessCapabilities, strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_"))
 }
 
 // runsAsNonRoot: the container's user, or the pod's, is set above 0; or none
@@ -284,6 +301,7 @@ func unprivilegedCEL() string {
 		fmt.Sprintf(`(%s ? %s > 0 : %s)`, celIDSet("runAsUser"), celIDOf("runAsUser"), nonRootFlag),
 		sc("allowPrivilegeEscalation") + ` && !c.securityContext.allowPrivilegeEscalation`,
 		sc("capabilities") + ` && has(c.securityContext.capabilities.drop) && "ALL" in c.securityContext.capabilities.drop`,
+		`!(has(c.securityContext.capabilities.add) && c.securityContext.capabilities.add.exists(a, !(a.upperAscii() in ` + harmlessCapabilitiesCEL() + `)))`,
 		`!(` + sc("privileged") + ` && c.securityContext.privileged)`,
 	}, " && ")
 }
@@ -308,6 +326,16 @@ func podGroupsCEL(strict bool) string {
 func celIDOf(field string) string {
 	return fmt.Sprintf(`(has(c.securityContext) && has(c.securityContext.%[1]s) ? c.securityContext.%[1]s : (%[2]s ? object.spec.securityContext.%[1]s : -1))`,
 		field, podHas(field))
+}
+
+// harmlessCapabilitiesCEL lists harmlessCapabilities as written, with and
+// without CAP_, for upper-cased names.
+func harmlessCapabilitiesCEL() string {
+	var names []string
+	for _, c := range harmlessCapabilities {
+		names = append(names, c, "CAP_"+c)
+	}
+	return celexpr.List(names)
 }
 
 // celIDSet: container c's securityContext, or the pod's, sets field.
