@@ -49,9 +49,8 @@ func upstreamStacks() []upstreamStack {
 			},
 		},
 		{
-			name: "prometheus-node-exporter",
-			source: upstreamchart.Source{Module: "github.com/prometheus-community/helm-charts", Version: "v0.0.0-20260828105119-ed5d7d9b5933",
-				Sum: "h1:5+f9HcKpurn9DWdl0b8PsT7TkEzfCDwcx2KbWYnrnPU=", Dir: "charts/prometheus-node-exporter"},
+			name:    "prometheus-node-exporter",
+			source:  promChart("prometheus-node-exporter"),
 			release: "kps", ns: "monitoring",
 			preset: "nodeExporter", presetValues: map[string]any{"releaseName": "kps"},
 			want: map[string][]policy.RuleID{
@@ -64,9 +63,8 @@ func upstreamStacks() []upstreamStack {
 			// taken away, as kube-prometheus's manifests do (SYS_TIME added to
 			// a dropped ALL), its read-only / is admitted without any preset,
 			// its groups pinned (supplementalGroupsPolicy: Strict).
-			name: "prometheus-node-exporter hardened",
-			source: upstreamchart.Source{Module: "github.com/prometheus-community/helm-charts", Version: "v0.0.0-20260828105119-ed5d7d9b5933",
-				Sum: "h1:5+f9HcKpurn9DWdl0b8PsT7TkEzfCDwcx2KbWYnrnPU=", Dir: "charts/prometheus-node-exporter"},
+			name:    "prometheus-node-exporter hardened",
+			source:  promChart("prometheus-node-exporter"),
 			release: "kps", ns: "monitoring",
 			values: map[string]any{"containerSecurityContext": map[string]any{"readOnlyRootFilesystem": true,
 				"allowPrivilegeEscalation": false, "capabilities": map[string]any{"drop": []any{"ALL"}, "add": []any{"SYS_TIME"}}}},

@@ -242,25 +242,10 @@ func storedAndExpected(t *testing.T, pod *corev1.Pod, want policy.Result, create
 	}
 	e := patched.(*corev1.Pod)
 	// The groups pin-parent-groups sets are the same too.
-	if g, w := pinnedGroupsOf(s), pinnedGroupsOf(e); g != w {
+	if g, w := framework.PinnedGroups(s), framework.PinnedGroups(e); g != w {
 		t.Errorf("stored with supplementalGroupsPolicy and runAsGroups %s, the engine computes %s", g, w)
 	}
 	return append(s.Spec.InitContainers, s.Spec.Containers...), append(e.Spec.InitContainers, e.Spec.Containers...)
-}
-
-// pinnedGroupsOf shows a pod's supplementalGroupsPolicy and each
-// container's runAsGroup.
-func pinnedGroupsOf(p *corev1.Pod) string {
-	out := "<unset>"
-	if sc := p.Spec.SecurityContext; sc != nil && sc.SupplementalGroupsPolicy != nil {
-		out = string(*sc.SupplementalGroupsPolicy)
-	}
-	for _, c := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
-		if c.SecurityContext != nil && c.SecurityContext.RunAsGroup != nil {
-			out += fmt.Sprintf(" %s:%d", c.Name, *c.SecurityContext.RunAsGroup)
-		}
-	}
-	return out
 }
 
 // sameDevices: the same entries but the device variable's, and the same

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,11 +56,11 @@ func pinParentGroups(ev *evaluation) {
 
 // groupPins are the group settings gpuguard adds to a pod.
 type groupPins struct {
-	strict bool          // supplementalGroupsPolicy: Strict on the pod
-	gid    map[int]int64 // runAsGroup, by containerRef.pos
+	strict bool  // supplementalGroupsPolicy: Strict on the pod
+	group  []int // containers (by containerRef.pos, ascending) given runAsGroup: PinnedGroup
 }
 
-func (p groupPins) empty() bool { return !p.strict && len(p.gid) == 0 }
+func (p groupPins) empty() bool { return !p.strict && len(p.group) == 0 }
 
 // planGroupPins finds what to pin; ok is false where the pod's parent
 // mounts cannot all be made safe by pinning, or it has none.
@@ -71,7 +70,6 @@ func (ev *evaluation) planGroupPins() (pins groupPins, ok bool) {
 	if pod == nil {
 		pod = &corev1.PodSecurityContext{}
 	}
-	pins.gid = map[int]int64{}
 	found := false
 	for _, v := range spec.Volumes {
 		if v.HostPath == nil {
@@ -85,12 +83,12 @@ func (ev *evaluation) planGroupPins() (pins groupPins, ok bool) {
 			if !mounts(c.c, v.Name) {
 				continue
 			}
-			gid, ok := pinnableGroup(spec, pod, c.c, v.Name)
+			pin, ok := pinnableGroup(spec, pod, c.c, v.Name)
 			if !ok {
 				return groupPins{}, false
 			}
-			if gid > 0 {
-				pins.gid[c.pos] = gid
+			if pin && !slices.Contains(pins.group, c.pos) {
+				pins.group = append(pins.group, c.pos)
 			}
 			found = true
 		}
@@ -99,25 +97,24 @@ func (ev *evaluation) planGroupPins() (pins groupPins, ok bool) {
 		return groupPins{}, false
 	}
 	pins.strict = pod.SupplementalGroupsPolicy == nil
+	slices.Sort(pins.group)
 	return pins, found
 }
 
 // pinnableGroup: container c meets every condition for mounting volume but
-// its groups, and its group is set above 0 (gid 0) or can be pinned (gid is
-// PinnedGroup). Pinning needs its user set above 0: the runtime refuses a
-// group without a user.
-func pinnableGroup(spec *corev1.PodSpec, pod *corev1.PodSecurityContext, c *corev1.Container, volume string) (gid int64, ok bool) {
+// its groups, and its group is set above 0 (pin false) or can be pinned to
+// PinnedGroup (pin true). Pinning needs its user set above 0: the runtime
+// refuses a group without a user.
+func pinnableGroup(spec *corev1.PodSpec, pod *corev1.PodSecurityContext, c *corev1.Container, volume string) (pin, ok bool) {
 	sc := c.SecurityContext
 	if sc == nil || len(readOnlyParentProblems(spec, c, volume, pod, sc, false)) > 0 {
-		return 0, false
+		return false, false
 	}
 	if g := effectiveID(pod.RunAsGroup, sc.RunAsGroup); g != nil {
-		return 0, *g > 0
+		return false, *g > 0
 	}
-	if uid := effectiveID(pod.RunAsUser, sc.RunAsUser); uid != nil && *uid > 0 {
-		return PinnedGroup, true
-	}
-	return 0, false
+	uid := effectiveID(pod.RunAsUser, sc.RunAsUser)
+	return true, uid != nil && *uid > 0
 }
 
 // PinnedGroup is the group pin-parent-groups gives a container without one:
@@ -139,8 +136,9 @@ func (p groupPins) applied(pod *corev1.PodSecurityContext, c *containerRef) (*co
 		pinned.SupplementalGroupsPolicy = &strict
 		pod = &pinned
 	}
-	if gid, ok := p.gid[c.pos]; ok {
+	if slices.Contains(p.group, c.pos) {
 		pinned := *sc
+		gid := PinnedGroup
 		pinned.RunAsGroup = &gid
 		sc = &pinned
 	}
@@ -159,8 +157,8 @@ func (p groupPins) patch(spec *corev1.PodSpec, containers []containerRef) []json
 				string(corev1.SupplementalGroupsPolicyStrict)))
 		}
 	}
-	for _, pos := range slices.Sorted(maps.Keys(p.gid)) {
-		ops = append(ops, jsonpatch.NewOperation("add", containers[pos].pointer()+"/securityContext/runAsGroup", p.gid[pos]))
+	for _, pos := range p.group {
+		ops = append(ops, jsonpatch.NewOperation("add", containers[pos].pointer()+"/securityContext/runAsGroup", PinnedGroup))
 	}
 	return ops
 }
@@ -174,9 +172,9 @@ func (p groupPins) notes(specPath *field.Path, containers []containerRef, verb s
 		out = append(out, Warning{Rule: RulePinParentGroups, Path: specPath.Child("securityContext", "supplementalGroupsPolicy").String(),
 			Message: verb + " Strict, for the host path parent it mounts"})
 	}
-	for _, pos := range slices.Sorted(maps.Keys(p.gid)) {
+	for _, pos := range p.group {
 		out = append(out, Warning{Rule: RulePinParentGroups, Path: containers[pos].path().Child("securityContext", "runAsGroup").String(),
-			Message: verb + " " + strconv.FormatInt(p.gid[pos], 10) + " (nogroup), for the host path parent it mounts"})
+			Message: verb + " " + strconv.FormatInt(PinnedGroup, 10) + " (nogroup), for the host path parent it mounts"})
 	}
 	return out
 }

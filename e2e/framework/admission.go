@@ -22,6 +22,22 @@ func LastEnv(c corev1.Container, name string) string {
 	return "<unset>"
 }
 
+// PinnedGroups shows what pin-parent-groups sets in a stored pod: its
+// supplementalGroupsPolicy ("<unset>" without one), then NAME:GID for each
+// init or regular container with a runAsGroup.
+func PinnedGroups(p *corev1.Pod) string {
+	out := "<unset>"
+	if sc := p.Spec.SecurityContext; sc != nil && sc.SupplementalGroupsPolicy != nil {
+		out = string(*sc.SupplementalGroupsPolicy)
+	}
+	for _, c := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
+		if c.SecurityContext != nil && c.SecurityContext.RunAsGroup != nil {
+			out += fmt.Sprintf(" %s:%d", c.Name, *c.SecurityContext.RunAsGroup)
+		}
+	}
+	return out
+}
+
 // deniedRule finds a rule name in a gpuguard denial's lines ("... [rule]: ...").
 var deniedRule = regexp.MustCompile(`\[([a-z-]+)\]: `)
 

@@ -3,7 +3,6 @@
 package node
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -59,8 +58,8 @@ func testHostRootReachesRuntime(t *testing.T) {
 func testHostRootPinned(t *testing.T) {
 	report, pod := probe(t, tenantNS, hostRootPod("host-root"))
 	t.Logf("groups %v, connect: %s", report.Groups, report.Connect)
-	if got := pinnedGroups(pod); got != "Strict 65534" {
-		t.Errorf("stored pod has supplementalGroupsPolicy and runAsGroup %q, want \"Strict 65534\" (pinned by gpuguard)", got)
+	if got := framework.PinnedGroups(pod); got != "Strict probe:65534" {
+		t.Errorf("stored pod has supplementalGroupsPolicy and runAsGroup %q, want \"Strict probe:65534\" (pinned by gpuguard)", got)
 	}
 	if slices.Contains(report.Groups, 0) {
 		t.Errorf("the container's groups %v hold root's", report.Groups)
@@ -68,15 +67,4 @@ func testHostRootPinned(t *testing.T) {
 	if !strings.Contains(report.Connect, "permission denied") {
 		t.Errorf("connecting to containerd's socket: %q, want permission denied", report.Connect)
 	}
-}
-
-func pinnedGroups(p *corev1.Pod) string {
-	policy, gid := "<unset>", "<unset>"
-	if sc := p.Spec.SecurityContext; sc != nil && sc.SupplementalGroupsPolicy != nil {
-		policy = string(*sc.SupplementalGroupsPolicy)
-	}
-	if sc := p.Spec.Containers[0].SecurityContext; sc != nil && sc.RunAsGroup != nil {
-		gid = fmt.Sprint(*sc.RunAsGroup)
-	}
-	return policy + " " + gid
 }
