@@ -393,18 +393,6 @@ func hostIP(network ClusterNetwork) (net.IP, error) {
 	return nil, errors.New("no IPv4 address on an interface that is up: the API server needs one to advertise to pods")
 }
 
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, n)
-	for i := range ports {
-		p, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
-		ports[i] = p
-	}
-	return ports, nil
-}
-
 // WaitNodeReady waits until the node reports Ready: on a cluster, its
 // runtime's network (CNI) is up.
 func (cp *ControlPlane) WaitNodeReady(ctx context.Context, name string) error {

@@ -60,19 +60,11 @@ type Webhook struct {
 
 // NewWebhook picks free ports for a webhook process.
 func NewWebhook(binary, kubeconfig, certDir, logDir string) (*Webhook, error) {
-	port, err := FreePort()
+	ports, err := freePorts(3)
 	if err != nil {
 		return nil, err
 	}
-	probe, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	metrics, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	return &Webhook{Binary: binary, Kubeconfig: kubeconfig, CertDir: certDir, Port: port, ProbePort: probe, MetricsPort: metrics,
+	return &Webhook{Binary: binary, Kubeconfig: kubeconfig, CertDir: certDir, Port: ports[0], ProbePort: ports[1], MetricsPort: ports[2],
 		Log: filepath.Join(logDir, "gpuguard-webhook.log")}, nil
 }
 
@@ -182,14 +174,20 @@ func (w *Webhook) signal(sig syscall.Signal) error {
 	}
 }
 
-// FreePort asks the kernel for an unused loopback port.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePorts asks the kernel for n unused loopback ports, all different: each
+// stays held until all are chosen, since a port just closed may be handed out
+// again (two processes given the same port fail one another's start).
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
 
 // Poll calls cond every 100 ms until it is true, fails, or timeout passes.

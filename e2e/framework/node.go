@@ -106,13 +106,11 @@ func StartNode(ctx context.Context, cp *ControlPlane, opts NodeOptions) (*Node, 
 }
 
 func (n *Node) start(ctx context.Context) error {
-	for _, p := range []*int{&n.kubeletPort, &n.kubeletHealthzPort, &n.agentMetricsPort} {
-		port, err := FreePort()
-		if err != nil {
-			return err
-		}
-		*p = port
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
 	}
+	n.kubeletPort, n.kubeletHealthzPort, n.agentMetricsPort = ports[0], ports[1], ports[2]
 	if err := os.MkdirAll(filepath.Join(n.Root, "log"), 0o755); err != nil {
 		return err
 	}
@@ -125,7 +123,6 @@ func (n *Node) start(ctx context.Context) error {
 	if err := os.Mkdir(filepath.Join(n.Root, "run"), 0o711); err != nil {
 		return err
 	}
-	var err error
 	if n.agentBinary, err = BuildAgent(n.repoRoot, n.Root); err != nil {
 		return err
 	}
