@@ -163,8 +163,10 @@ func applyConfigurationPolicies(full *cel.Policies) *cel.Policies {
 	return m
 }
 
-// arrange removes every policy and webhook configuration, installs the
-// arm's, and waits until the API server acts on them.
+// arrange removes every policy and webhook configuration, waits until the
+// API server no longer acts on them, installs the arm's, and waits until the
+// API server acts on those. Without the first wait, the previous arm's
+// policies could pass for the new arm's and leave in the middle of a batch.
 func (bb *benchBackends) arrange(ctx context.Context, a benchArm) error {
 	if err := s.Configs.Remove(ctx, s.cp.Client); err != nil {
 		return err
@@ -173,6 +175,9 @@ func (bb *benchBackends) arrange(ctx context.Context, a benchArm) error {
 		if err := removePolicies(ctx, p); err != nil {
 			return err
 		}
+	}
+	if err := bb.waitNothingActs(ctx); err != nil {
+		return fmt.Errorf("the API server still acts on the previous arm's admission: %w", err)
 	}
 	validating, mutating := bb.policiesOf(a.cel)
 	if err := installPolicies(ctx, validating, mutating); err != nil {
@@ -330,6 +335,30 @@ func removePolicies(ctx context.Context, p *cel.Policies) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// waitNothingActs waits until a pod with a leaking container is admitted
+// untouched, and the reference webhooks are no longer called.
+func (bb *benchBackends) waitNothingActs(ctx context.Context) error {
+	pods := s.cp.Client.CoreV1().Pods(enforceNS)
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	leak := plainPod("bench-leak")
+	leak.Spec.Containers = append(leak.Spec.Containers, corev1.Container{Name: "leak", Image: "busybox", Env: []corev1.EnvVar{allGPUs}})
+	var seen string
+	err := framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
+		calls := bb.noop.calls.Load() + bb.patch.calls.Load()
+		p, err := pods.Create(ctx, leak, dry)
+		if err != nil {
+			seen = err.Error()
+			return false, nil
+		}
+		seen = fmt.Sprintf("env %v", p.Spec.Containers[0].Env)
+		return len(p.Spec.Containers[0].Env) == 0 && bb.noop.calls.Load()+bb.patch.calls.Load() == calls, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; last seen %s", err, seen)
+	}
+	return nil
 }
 
 // waitPolicies waits until the API server acts on exactly the policies
