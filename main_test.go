@@ -286,7 +286,7 @@ func TestRenderCEL(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	for _, want := range []string{"# Enforced by the webhook only:", "kind: ValidatingAdmissionPolicy\n", "kind: ValidatingAdmissionPolicyBinding",
+	for _, want := range []string{"# Enforced by the webhook only:", "# Runtime CEL cost, as the API server counts it", "#   ValidatingAdmissionPolicy, message expressions: ", "kind: ValidatingAdmissionPolicy\n", "kind: ValidatingAdmissionPolicyBinding",
 		"kind: MutatingAdmissionPolicy\n", "kind: MutatingAdmissionPolicyBinding", "- gpuguard\n"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("render-cel output lacks %q", want)
@@ -565,7 +565,7 @@ func strippedPod() *corev1.Pod {
 func TestVerifyJudgesTheAnswer(t *testing.T) {
 	webhookDenial := apiAnswer{403, "Forbidden", `admission webhook "validate.pods.gpuguard.io" denied the request: gpuguard denied this pod (mode enforce)` +
 		"\n- spec.containers[0].env[0] (container \"miner\") [device-env]: sets NVIDIA_VISIBLE_DEVICES=\"all\" without a GPU limit", "", false}
-	backstopDenial := apiAnswer{422, "Invalid", `pods "gpuguard-verify-x" is forbidden: ValidatingAdmissionPolicy 'gpuguard-backstop' with binding 'gpuguard-backstop' denied request: gpuguard backstop [device-env]: container miner sets NVIDIA_VISIBLE_DEVICES`, "", false}
+	backstopDenial := apiAnswer{422, "Invalid", `pods "gpuguard-verify-x" is forbidden: ValidatingAdmissionPolicy 'gpuguard-backstop' with binding 'gpuguard-backstop' denied request: gpuguard backstop [device-env]: a container sets NVIDIA_VISIBLE_DEVICES`, "", false}
 	otherDenial := apiAnswer{403, "Forbidden", `pods "gpuguard-verify-x" is forbidden: violates PodSecurity "restricted:latest"`, "", false}
 	webhookDown := apiAnswer{500, "InternalError", `Internal error occurred: failed calling webhook "validate.pods.gpuguard.io": connection refused`, "", false}
 	warned := apiAnswer{201, "", "", `gpuguard device-env: spec.containers[0].env[0]: sets NVIDIA_VISIBLE_DEVICES="all" without a GPU limit`, false}

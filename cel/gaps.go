@@ -17,7 +17,7 @@ var requestGaps = []Gap{
 	{"pod-controllers", "Deployments, Jobs and the other controllers are not judged through their templates; their pods are"},
 	{"strip", "action `strip`: CEL cannot remove env entries, so the backstop denies what the webhook would strip"},
 	{"none-rewrite", "`NVIDIA_VISIBLE_DEVICES=none` is not rewritten in place; `void` is appended after it, with the same effect"},
-	{"messages", "denials name the rule and the container, not the field path; no audit annotations or warnings beyond the binding's action"},
+	{"messages", "denials name the rule, not the container or the field path (a message that named the container would cost as much again as the validations on every pod judged); no audit annotations or warnings beyond the binding's action"},
 }
 
 // WebhookOnly lists what the CEL backstop leaves to the webhook, and why: each

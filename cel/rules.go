@@ -12,14 +12,9 @@ import (
 // containerList is one kind of container list in a pod spec.
 type containerList struct {
 	field string // in the pod spec
-	kind  string // in messages
 }
 
-var containerLists = []containerList{
-	{"initContainers", "init container"},
-	{"containers", "container"},
-	{"ephemeralContainers", "ephemeral container"},
-}
+var containerLists = []containerList{{"initContainers"}, {"containers"}, {"ephemeralContainers"}}
 
 // variable names the CEL variable of this list's containers of a class ("gpu" or
 // "plain").

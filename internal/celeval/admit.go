@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -17,8 +16,8 @@ import (
 	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
-	"k8s.io/apiserver/pkg/authentication/user"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/gpuguard/gpuguard/internal/celcost"
 )
 
 // Request is one admission request as the API server sees it.
@@ -71,26 +70,8 @@ func (e *Evaluator) Admit(ctx context.Context, r Request) (Result, error) {
 
 // attributes are the admission attributes of a request for obj.
 func attributes(r Request, obj runtime.Object) (admission.Attributes, error) {
-	kinds, _, err := clientgoscheme.Scheme.ObjectKinds(obj)
-	if err != nil {
-		return nil, err
-	}
-	gvk := kinds[0]
-	resource, _ := meta.UnsafeGuessKindToResource(gvk)
-	if r.SubResource != "" {
-		// pods/binding, pods/status, pods/ephemeralcontainers
-		resource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
-	}
-	name := ""
-	if m, err := meta.Accessor(obj); err == nil {
-		name = m.GetName()
-	}
-	var opts runtime.Object = &metav1.CreateOptions{}
-	if r.Operation == admission.Update {
-		opts = &metav1.UpdateOptions{}
-	}
-	return admission.NewAttributesRecord(obj, r.OldObject, gvk, r.Namespace, name, resource, r.SubResource, r.Operation,
-		opts, false, &user.DefaultInfo{Name: r.Username}), nil
+	return celcost.Attributes(celcost.Request{Operation: r.Operation, SubResource: r.SubResource, Namespace: r.Namespace,
+		Username: r.Username, Object: obj, OldObject: r.OldObject})
 }
 
 // namespace makes the request's namespace known to the matcher, with its
