@@ -19,7 +19,8 @@ import (
 // BenchmarkPrefilter evaluates the pre-filter, as the API server's match
 // condition code does, on the benchmark's pod after the backstop's
 // injection (an init container and a plain container with void, a GPU
-// container): the work every ordinary pod costs each webhook and policy.
+// container, each with the service account token mount the API server adds):
+// the work every ordinary pod costs each webhook and policy.
 func BenchmarkPrefilter(b *testing.B) {
 	expr, err := cel.Prefilter(config.Default())
 	if err != nil {
@@ -43,9 +44,14 @@ func benchCondition(b *testing.B, expr string, extraEnv int) {
 		void = append(void, corev1.EnvVar{Name: fmt.Sprintf("APP_SETTING_%d", i), Value: "x"})
 	}
 	void = append(void, corev1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"})
+	// What the API server's ServiceAccount admission adds before any
+	// policy sees the pod: a projected token volume, mounted in every
+	// container.
+	token := []corev1.VolumeMount{{Name: "kube-api-access-x7k2p", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "team"}, Spec: corev1.PodSpec{
-		InitContainers: []corev1.Container{{Name: "init", Image: "busybox", Env: void}},
-		Containers: []corev1.Container{{Name: "app", Image: "busybox", Env: void}, {Name: "train", Image: "cuda",
+		Volumes: []corev1.Volume{{Name: "kube-api-access-x7k2p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}}},
+		InitContainers: []corev1.Container{{Name: "init", Image: "busybox", Env: void, VolumeMounts: token}},
+		Containers: []corev1.Container{{Name: "app", Image: "busybox", Env: void, VolumeMounts: token}, {Name: "train", Image: "cuda", VolumeMounts: token,
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}}}}
 	req := celeval.Request{Operation: admission.Create, Namespace: "team", Object: pod}
 	ctx := context.Background()

@@ -2,9 +2,10 @@ package policy
 
 import (
 	"fmt"
-	"github.com/gpuguard/gpuguard/policy/celexpr"
 	"path"
 	"strings"
+
+	"github.com/gpuguard/gpuguard/policy/celexpr"
 )
 
 // checkDeviceListMounts is the rule device-list-mount: forged volume-mount device
@@ -45,10 +46,18 @@ func init() {
 		ID:      RuleDeviceListMount,
 		Summary: "a volume mount under the device-list roots",
 		Order:   160, ContainerCheck: checkDeviceListMounts,
-		// Paths CEL cannot clean, as well as those under a root.
+		// Paths CEL cannot clean, as well as any that contains a root
+		// without its leading "/": a superset of the paths under a root
+		// (rooted or not, with a trailing "/" or not), tested without
+		// building the rooted path, which every pod's service account
+		// token mount would otherwise pay for.
 		Trigger: func(in *CELInput) *CELTrigger {
-			return &CELTrigger{Container: fmt.Sprintf(`has(c.volumeMounts) && c.volumeMounts.exists(m, !(%s) || %s.exists(root, %s.startsWith(root)))`,
-				celexpr.Judgeable("m.mountPath"), celexpr.List(in.Policy.Spec.DeviceListMountRoots), celexpr.CleanPath("m.mountPath"))}
+			var unrooted []string
+			for _, root := range in.Policy.Spec.DeviceListMountRoots {
+				unrooted = append(unrooted, strings.TrimPrefix(root, "/"))
+			}
+			return &CELTrigger{Container: fmt.Sprintf(`has(c.volumeMounts) && c.volumeMounts.exists(m, !(%s) || %s.exists(root, m.mountPath.contains(root)))`,
+				celexpr.Judgeable("m.mountPath"), celexpr.List(unrooted))}
 		},
 		Gap: "mount paths that need cleaning (`..`, `//`, `./`): CEL has no `path.Clean`, so they are left to the webhook rather than judged wrongly",
 		CEL: func(in *CELInput) *CELCheck {

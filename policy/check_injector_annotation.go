@@ -70,9 +70,34 @@ func init() {
 			if len(labels) == 0 {
 				return nil
 			}
+			// The key's domain is computed once per key (bound through a
+			// one-element list, CEL having no let), and a label that
+			// contains another is left out: the shorter one already
+			// matches every domain it would.
 			return &CELTrigger{Pod: fmt.Sprintf(`has(object.metadata.annotations) && object.metadata.annotations.exists(k, `+
-				`%s.exists(l, (k.contains("/") ? k.substring(0, k.indexOf("/")) : k).lowerAscii().contains(l)))`, celexpr.List(labels))}
+				`[(k.contains("/") ? k.substring(0, k.indexOf("/")) : k).lowerAscii()].exists(d, %s.exists(l, d.contains(l))))`,
+				celexpr.List(shortestLabels(labels)))}
 		},
 		Gap: "a warning only: the backstop renders what denies",
 	})
+}
+
+// shortestLabels are the labels that contain no other, lower-cased: a domain
+// that contains any label contains one of these.
+func shortestLabels(labels []string) []string {
+	var out []string
+	for _, l := range labels {
+		l = strings.ToLower(l)
+		covered := false
+		for _, other := range labels {
+			if o := strings.ToLower(other); o != l && strings.Contains(l, o) {
+				covered = true
+				break
+			}
+		}
+		if !covered && !slices.Contains(out, l) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
