@@ -49,7 +49,7 @@ func benchCondition(b *testing.B, expr string, extraEnv int) {
 	// container.
 	token := []corev1.VolumeMount{{Name: "kube-api-access-x7k2p", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "team"}, Spec: corev1.PodSpec{
-		Volumes: []corev1.Volume{{Name: "kube-api-access-x7k2p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}}},
+		Volumes:        []corev1.Volume{{Name: "kube-api-access-x7k2p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}}},
 		InitContainers: []corev1.Container{{Name: "init", Image: "busybox", Env: void, VolumeMounts: token}},
 		Containers: []corev1.Container{{Name: "app", Image: "busybox", Env: void, VolumeMounts: token}, {Name: "train", Image: "cuda", VolumeMounts: token,
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}}}}
