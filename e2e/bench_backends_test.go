@@ -337,13 +337,17 @@ func removePolicies(ctx context.Context, p *cel.Policies) error {
 	return errors.Join(errs...)
 }
 
+// leakingPod is a plain pod with a second container that asks for every GPU.
+func leakingPod() *corev1.Pod {
+	leak := plainPod("bench-leak")
+	leak.Spec.Containers = append(leak.Spec.Containers, corev1.Container{Name: "leak", Image: "busybox", Env: []corev1.EnvVar{allGPUs}})
+	return leak
+}
+
 // waitNothingActs waits until a pod with a leaking container is admitted
 // untouched, and the reference webhooks are no longer called.
 func (bb *benchBackends) waitNothingActs(ctx context.Context) error {
-	pods := s.cp.Client.CoreV1().Pods(enforceNS)
-	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	leak := plainPod("bench-leak")
-	leak.Spec.Containers = append(leak.Spec.Containers, corev1.Container{Name: "leak", Image: "busybox", Env: []corev1.EnvVar{allGPUs}})
+	pods, dry, leak := s.cp.Client.CoreV1().Pods(enforceNS), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}, leakingPod()
 	var seen string
 	err := framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
 		calls := bb.noop.calls.Load() + bb.patch.calls.Load()
@@ -367,10 +371,7 @@ func (bb *benchBackends) waitNothingActs(ctx context.Context) error {
 // when a mutating one is, and otherwise is stored untouched or, under
 // gpuguard's own VAP with nothing to inject, denied for the missing void.
 func waitPolicies(ctx context.Context, validating, mutating, voidRequired bool) error {
-	pods := s.cp.Client.CoreV1().Pods(enforceNS)
-	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	leak := plainPod("bench-leak")
-	leak.Spec.Containers = append(leak.Spec.Containers, corev1.Container{Name: "leak", Image: "busybox", Env: []corev1.EnvVar{allGPUs}})
+	pods, dry, leak := s.cp.Client.CoreV1().Pods(enforceNS), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}, leakingPod()
 	var seen string
 	err := framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
 		_, leakErr := pods.Create(ctx, leak, dry)

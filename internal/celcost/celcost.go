@@ -198,13 +198,9 @@ func Attributes(r Request) (admission.Attributes, error) {
 // which the API server evaluates on every request that reaches the
 // validations, failed or not, on the budget the validations leave.
 func validatingParts(p *admissionregistrationv1.ValidatingAdmissionPolicy) ([]part, error) {
-	compiler, err := newCompiler(p.Spec.Variables)
+	compiler, match, err := compileMatching(p.Spec.Variables, p.Spec.MatchConditions)
 	if err != nil {
 		return nil, err
-	}
-	match, err := compileConditions(compiler, matchConditions(p.Spec.MatchConditions))
-	if err != nil {
-		return nil, fmt.Errorf("match conditions: %w", err)
 	}
 	var validations, messages []plugincel.ExpressionAccessor
 	for _, v := range p.Spec.Validations {
@@ -246,13 +242,9 @@ func validatingParts(p *admissionregistrationv1.ValidatingAdmissionPolicy) ([]pa
 // mutatingParts are a MutatingAdmissionPolicy's budgeted parts: its match
 // conditions and each JSON Patch mutation.
 func mutatingParts(p *admissionregistrationv1.MutatingAdmissionPolicy) ([]part, error) {
-	compiler, err := newCompiler(p.Spec.Variables)
+	compiler, match, err := compileMatching(p.Spec.Variables, p.Spec.MatchConditions)
 	if err != nil {
 		return nil, err
-	}
-	match, err := compileConditions(compiler, matchConditions(p.Spec.MatchConditions))
-	if err != nil {
-		return nil, fmt.Errorf("match conditions: %w", err)
 	}
 	kind, scope := "MutatingAdmissionPolicy", p.Spec.MatchConstraints
 	parts := []part{{name: kind + ", match conditions", budget: MatchConditionBudget, scope: scope, eval: conditionCost(match, true)}}
@@ -294,4 +286,18 @@ func inScope(m *admissionregistrationv1.MatchResources, attr admission.Attribute
 		return false
 	}
 	return matches(m.ResourceRules) && !matches(m.ExcludeResourceRules)
+}
+
+// compileMatching is a policy's compiler, with its variables, and its match
+// conditions compiled.
+func compileMatching(vars []admissionregistrationv1.Variable, conds []admissionregistrationv1.MatchCondition) (*plugincel.CompositedCompiler, plugincel.ConditionEvaluator, error) {
+	compiler, err := newCompiler(vars)
+	if err != nil {
+		return nil, nil, err
+	}
+	match, err := compileConditions(compiler, matchConditions(conds))
+	if err != nil {
+		return nil, nil, fmt.Errorf("match conditions: %w", err)
+	}
+	return compiler, match, nil
 }
