@@ -89,6 +89,9 @@ type input struct {
 // New compiles the backstop's policies and, when prefilter is not empty,
 // the webhooks' pre-filter match condition.
 func New(p *cel.Policies, prefilter string) (*Meter, error) {
+	if p == nil || p.Validating == nil || p.Mutating == nil {
+		return nil, fmt.Errorf("celcost: the policies lack a ValidatingAdmissionPolicy or a MutatingAdmissionPolicy")
+	}
 	m := &Meter{objects: admission.NewObjectInterfacesFromScheme(clientgoscheme.Scheme)}
 	vap, err := validatingParts(p.Validating)
 	if err != nil {
