@@ -77,6 +77,9 @@ type part struct {
 	scope *admissionregistrationv1.MatchResources
 	// eval returns the budget left after evaluating the part.
 	eval func(ctx context.Context, in input, budget int64) (int64, error)
+	// onWhatIsLeft: the part runs on what the part before it left of the
+	// budget they share, as message expressions run after the validations.
+	onWhatIsLeft bool
 }
 
 // input is one request, as every evaluator takes it.
@@ -103,7 +106,7 @@ func New(p *cel.Policies, prefilter string) (*Meter, error) {
 	}
 	m.parts = append(append(m.parts, mapParts...), vap...)
 	if prefilter != "" {
-		compiler, err := newCompiler(nil)
+		compiler, err := NewCompiler(nil)
 		if err != nil {
 			return nil, err
 		}
@@ -137,15 +140,20 @@ func (m *Meter) Measure(ctx context.Context, r Request) ([]Cost, error) {
 		return nil, err
 	}
 	out := make([]Cost, 0, len(m.parts))
+	var left int64
 	for _, p := range m.parts {
 		if !inScope(p.scope, in.attr) {
 			continue
 		}
-		c := Cost{Part: p.name, Budget: p.budget}
-		if left, err := p.eval(ctx, in, p.budget); err != nil {
-			c.Err = err
+		c, budget := Cost{Part: p.name, Budget: p.budget}, p.budget
+		if p.onWhatIsLeft {
+			budget = left
+		}
+		var err error
+		if left, err = p.eval(ctx, in, budget); err != nil {
+			c.Err, left = err, 0
 		} else {
-			c.Cost = p.budget - left
+			c.Cost = budget - left
 		}
 		out = append(out, c)
 	}
@@ -220,25 +228,14 @@ func validatingParts(p *admissionregistrationv1.ValidatingAdmissionPolicy) ([]pa
 	if err != nil {
 		return nil, fmt.Errorf("message expressions: %w", err)
 	}
-	// Messages run on what the validations leave; a message that fails is
-	// only logged by the API server (the static message stands in), so its
-	// failure is no error here, but its cost counts against the budget.
-	messagesAfterValidations := func(ctx context.Context, in input, budget int64) (int64, error) {
-		left, err := conditionCost(checks, true)(ctx, in, budget)
-		if err != nil {
-			return 0, err
-		}
-		after, err := conditionCost(msgs, false)(ctx, in, left)
-		if err != nil {
-			return 0, err
-		}
-		return budget - (left - after), nil // the messages' own cost
-	}
 	kind, scope := "ValidatingAdmissionPolicy", p.Spec.MatchConstraints
 	return []part{
 		{name: kind + ", match conditions", budget: MatchConditionBudget, scope: scope, eval: conditionCost(match, true)},
 		{name: kind + ", validations", budget: EvaluationBudget, scope: scope, eval: conditionCost(checks, true)},
-		{name: kind + ", message expressions", budget: EvaluationBudget, scope: scope, eval: messagesAfterValidations},
+		// A message that fails is only logged by the API server (the
+		// static message stands in), so its failure is no error here; its
+		// cost counts.
+		{name: kind + ", message expressions", budget: EvaluationBudget, scope: scope, eval: conditionCost(msgs, false), onWhatIsLeft: true},
 	}, nil
 }
 
@@ -294,7 +291,7 @@ func inScope(m *admissionregistrationv1.MatchResources, attr admission.Attribute
 // compileMatching is a policy's compiler, with its variables, and its match
 // conditions compiled.
 func compileMatching(vars []admissionregistrationv1.Variable, conds []admissionregistrationv1.MatchCondition) (*plugincel.CompositedCompiler, plugincel.ConditionEvaluator, error) {
-	compiler, err := newCompiler(vars)
+	compiler, err := NewCompiler(vars)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -43,9 +43,10 @@ func (e *namedExpression) GetName() string { return e.name }
 
 func (e *namedExpression) ReturnTypes() []*celgo.Type { return []*celgo.Type{celgo.AnyType} }
 
-// newCompiler is the API server's compiler for a policy with these
-// variables, at the environment it stores policies with.
-func newCompiler(vars []admissionregistrationv1.Variable) (*plugincel.CompositedCompiler, error) {
+// NewCompiler is the API server's compiler for a policy with these
+// variables (compiled with an authorizer, as it compiles gpuguard's, which
+// take no parameters), at the environment it stores policies with.
+func NewCompiler(vars []admissionregistrationv1.Variable) (*plugincel.CompositedCompiler, error) {
 	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
 	if err != nil {
 		return nil, err

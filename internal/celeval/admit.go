@@ -127,7 +127,7 @@ func (e *Evaluator) mutate(ctx context.Context, attr admission.Attributes, ns *c
 	}
 	for _, p := range e.mutator.Mutators {
 		next, err := p.Patch(ctx, patch.Request{MatchedResource: gvr, VersionedAttributes: va, ObjectInterfaces: e.objects,
-			OptionalVariables: plugincel.OptionalVariableBindings{}, Namespace: ns}, budget)
+			OptionalVariables: plugincel.OptionalVariableBindings{}, Namespace: ns}, celcost.EvaluationBudget)
 		if err != nil {
 			return nil, false, err
 		}
@@ -149,7 +149,7 @@ func (e *Evaluator) validate(ctx context.Context, attr admission.Attributes, ns 
 	if err != nil {
 		return err
 	}
-	for _, d := range e.validator.Validate(ctx, gvr, va, nil, ns, budget, nil).Decisions {
+	for _, d := range e.validator.Validate(ctx, gvr, va, nil, ns, celcost.EvaluationBudget, nil).Decisions {
 		if d.Action != validating.ActionDeny {
 			continue
 		}

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
-	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/client-go/kubernetes/fake"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -26,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuguard/gpuguard/cel"
+	"github.com/gpuguard/gpuguard/internal/celcost"
 )
 
 // Evaluator holds one rendering of the backstop, compiled. It is not safe
@@ -87,11 +87,10 @@ func withDefaults(p *cel.Policies) *cel.Policies {
 
 func compileValidating(p *admissionregistrationv1.ValidatingAdmissionPolicy) validating.Validator {
 	opts := plugincel.OptionalVariableDeclarations{HasAuthorizer: true}
-	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	compiler, err := celcost.NewCompiler(p.Spec.Variables)
 	if err != nil {
 		return validating.NewValidator(nil, nil, nil, nil, p.Spec.FailurePolicy, err)
 	}
-	compiler.CompileAndStoreVariables(variables(p.Spec.Variables), opts, environment.StoredExpressions)
 	var validations, messages []plugincel.ExpressionAccessor
 	for _, v := range p.Spec.Validations {
 		validations = append(validations, &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason})
@@ -111,11 +110,10 @@ func compileValidating(p *admissionregistrationv1.ValidatingAdmissionPolicy) val
 
 func compileMutating(p *admissionregistrationv1.MutatingAdmissionPolicy) mutating.PolicyEvaluator {
 	opts := plugincel.OptionalVariableDeclarations{HasAuthorizer: true}
-	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	compiler, err := celcost.NewCompiler(p.Spec.Variables)
 	if err != nil {
 		return mutating.PolicyEvaluator{Error: err}
 	}
-	compiler.CompileAndStoreVariables(variables(p.Spec.Variables), opts, environment.StoredExpressions)
 	patchOpts := opts
 	patchOpts.HasPatchTypes = true
 	var patchers []patch.Patcher
@@ -140,16 +138,4 @@ func matchConditions(compiler *plugincel.CompositedCompiler, conds []admissionre
 		accessors[i] = (*matchconditions.MatchCondition)(&conds[i])
 	}
 	return matchconditions.NewMatcher(compiler.CompileCondition(accessors, opts, environment.StoredExpressions), fp, "policy", "validate", name)
-}
-
-// budget is the API server's runtime cost budget of one evaluation.
-const budget = celconfig.RuntimeCELCostBudget
-
-// variables are a policy's variables as the compiler takes them.
-func variables(vs []admissionregistrationv1.Variable) []plugincel.NamedExpressionAccessor {
-	out := make([]plugincel.NamedExpressionAccessor, len(vs))
-	for i, v := range vs {
-		out[i] = &validating.Variable{Name: v.Name, Expression: v.Expression}
-	}
-	return out
 }

@@ -8,8 +8,9 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
-	"k8s.io/apiserver/pkg/cel/environment"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/gpuguard/gpuguard/internal/celcost"
 )
 
 // Condition is one match condition, compiled as the API server compiles a
@@ -22,7 +23,7 @@ type Condition struct {
 
 // NewCondition compiles a match condition.
 func NewCondition(c admissionregistrationv1.MatchCondition) (*Condition, error) {
-	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	compiler, err := celcost.NewCompiler(nil)
 	if err != nil {
 		return nil, err
 	}
