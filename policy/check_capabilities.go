@@ -1,11 +1,13 @@
 package policy
 
 import (
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/policy/celexpr"
 )
 
 // checkCapabilities is the advisory rule capabilities.
@@ -42,14 +44,32 @@ func checkCapabilities(ev *evaluation, c *containerRef) {
 	}
 }
 
+// devicesCapabilities are the capabilities that grant every device.
+var devicesCapabilities = []string{"SYS_ADMIN", "ALL"}
+
 // addsDevicesCapabilityCEL is grantsDevices for any added capability of a
 // container c with a securityContext.
-const addsDevicesCapabilityCEL = `has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && ` +
-	`c.securityContext.capabilities.add.exists(a, a.upperAscii() in ["SYS_ADMIN", "CAP_SYS_ADMIN", "ALL", "CAP_ALL"])`
+var addsDevicesCapabilityCEL = `has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && ` +
+	`c.securityContext.capabilities.add.exists(a, a.upperAscii() in ` + capabilitiesCEL(devicesCapabilities) + `)`
 
 func grantsDevices(c corev1.Capability) bool {
-	name := strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_")
-	return name == "SYS_ADMIN" || name == "ALL"
+	return slices.Contains(devicesCapabilities, capabilityName(c))
+}
+
+// capabilityName is a capability as the runtime reads it: upper case,
+// without CAP_.
+func capabilityName(c corev1.Capability) string {
+	return strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_")
+}
+
+// capabilitiesCEL lists capability names as a CEL list of the forms a pod
+// may write them in once upper-cased: with and without CAP_.
+func capabilitiesCEL(names []string) string {
+	var forms []string
+	for _, n := range names {
+		forms = append(forms, n, "CAP_"+n)
+	}
+	return celexpr.List(forms)
 }
 
 // CapabilitiesJudgePrivileged reports whether the rule capabilities judges

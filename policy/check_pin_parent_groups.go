@@ -93,12 +93,15 @@ func (ev *evaluation) planGroupPins() (pins groupPins, ok bool) {
 			found = true
 		}
 	}
+	if !found {
+		return groupPins{}, false
+	}
 	if rootInGroups(pod) || (pod.SupplementalGroupsPolicy != nil && *pod.SupplementalGroupsPolicy != corev1.SupplementalGroupsPolicyStrict) {
 		return groupPins{}, false
 	}
 	pins.strict = pod.SupplementalGroupsPolicy == nil
 	slices.Sort(pins.group)
-	return pins, found
+	return pins, true
 }
 
 // pinnableGroup: container c meets every condition for mounting volume but
@@ -212,15 +215,14 @@ func ParentGroupPinsCEL(in *CELInput) string {
 	}
 	below, parent := sensitiveRelationCEL(in)
 	isParent := fmt.Sprintf(`has(v.hostPath) && %s && !(%s) && %s`, celexpr.Judgeable("v.hostPath.path"), below, parent)
-	mountsV := `has(c.volumeMounts) && c.volumeMounts.exists(m, m.name == v.name)`
 	pinnable := fmt.Sprintf(`%s && %s && (%s ? %s > 0 : %s > 0)`, mountsReadOnlyCEL, unprivilegedCEL(),
 		celIDSet("runAsGroup"), celIDOf("runAsGroup"), celIDOf("runAsUser"))
 	// Each kind of container on its own: the lists' types differ.
 	var mounted, safe []string
 	for _, l := range kindFields {
 		list := fmt.Sprintf(`(has(object.spec.%[1]s) ? object.spec.%[1]s : [])`, l)
-		mounted = append(mounted, fmt.Sprintf(`%s.exists(c, %s)`, list, mountsV))
-		safe = append(safe, fmt.Sprintf(`%s.all(c, !(%s) || (%s))`, list, mountsV, pinnable))
+		mounted = append(mounted, fmt.Sprintf(`%s.exists(c, %s)`, list, mountsVolumeCEL))
+		safe = append(safe, fmt.Sprintf(`%s.all(c, !(%s) || (%s))`, list, mountsVolumeCEL, pinnable))
 	}
 	pod := fmt.Sprintf(`request.operation == "CREATE" && has(object.spec.volumes) && `+
 		`object.spec.volumes.exists(v, %[1]s && (%[2]s)) && object.spec.volumes.all(v, !(%[1]s) || (%[3]s)) && %[4]s`,

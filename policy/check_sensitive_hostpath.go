@@ -149,7 +149,7 @@ func readOnlyParentProblems(spec *corev1.PodSpec, c *corev1.Container, volume st
 var harmlessCapabilities = []string{"NET_BIND_SERVICE", "SYS_TIME"}
 
 func harmlessCapability(c corev1.Capability) bool {
-	return slices.Contains(harmlessCapabilities, strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_"))
+	return slices.Contains(harmlessCapabilities, capabilityName(c))
 }
 
 // runsAsNonRoot: the container's user, or the pod's, is set above 0; or none
@@ -246,7 +246,7 @@ func sensitiveHostPathCEL(in *CELInput) *CELCheck {
 	below, parent := sensitiveRelationCEL(in)
 	var mounting, unsafe []string
 	for _, l := range in.JudgedLists {
-		m := fmt.Sprintf(`%s.exists(c, has(c.volumeMounts) && c.volumeMounts.exists(m, m.name == v.name)`, l)
+		m := fmt.Sprintf(`%s.exists(c, %s`, l, mountsVolumeCEL)
 		mounting = append(mounting, m+")")
 		unsafe = append(unsafe, m+" && !("+readOnlyParentCEL()+"))")
 	}
@@ -287,6 +287,9 @@ func readOnlyParentCEL() string {
 	return strings.Join([]string{mountsReadOnlyCEL, unprivilegedCEL(), celIDOf("runAsGroup") + ` > 0`, podGroupsCEL(true)}, " && ")
 }
 
+// mountsVolumeCEL: container c mounts volume v.
+const mountsVolumeCEL = `has(c.volumeMounts) && c.volumeMounts.exists(m, m.name == v.name)`
+
 // mountsReadOnlyCEL: container c mounts volume v only read-only.
 const mountsReadOnlyCEL = `c.volumeMounts.all(m, m.name != v.name || (has(m.readOnly) && m.readOnly))`
 
@@ -294,14 +297,14 @@ const mountsReadOnlyCEL = `c.volumeMounts.all(m, m.name != v.name || (has(m.read
 // escalation, capabilities or privilege, in a pod that shares no process
 // namespace among its containers.
 func unprivilegedCEL() string {
-	sc := func(f string) string { return "has(c.securityContext) && has(c.securityContext." + f + ")" }
+	sc := containerHas
 	nonRootFlag := fmt.Sprintf(`(%s ? c.securityContext.runAsNonRoot : (%s && object.spec.securityContext.runAsNonRoot))`, sc("runAsNonRoot"), podHas("runAsNonRoot"))
 	return strings.Join([]string{
 		`!(has(object.spec.shareProcessNamespace) && object.spec.shareProcessNamespace)`,
 		fmt.Sprintf(`(%s ? %s > 0 : %s)`, celIDSet("runAsUser"), celIDOf("runAsUser"), nonRootFlag),
 		sc("allowPrivilegeEscalation") + ` && !c.securityContext.allowPrivilegeEscalation`,
 		sc("capabilities") + ` && has(c.securityContext.capabilities.drop) && "ALL" in c.securityContext.capabilities.drop`,
-		`!(has(c.securityContext.capabilities.add) && c.securityContext.capabilities.add.exists(a, !(a.upperAscii() in ` + harmlessCapabilitiesCEL() + `)))`,
+		`!(has(c.securityContext.capabilities.add) && c.securityContext.capabilities.add.exists(a, !(a.upperAscii() in ` + capabilitiesCEL(harmlessCapabilities) + `)))`,
 		`!(` + sc("privileged") + ` && c.securityContext.privileged)`,
 	}, " && ")
 }
@@ -324,23 +327,18 @@ func podGroupsCEL(strict bool) string {
 // celIDOf is container c's runAsUser or runAsGroup (field), else the pod's,
 // else -1.
 func celIDOf(field string) string {
-	return fmt.Sprintf(`(has(c.securityContext) && has(c.securityContext.%[1]s) ? c.securityContext.%[1]s : (%[2]s ? object.spec.securityContext.%[1]s : -1))`,
-		field, podHas(field))
-}
-
-// harmlessCapabilitiesCEL lists harmlessCapabilities as written, with and
-// without CAP_, for upper-cased names.
-func harmlessCapabilitiesCEL() string {
-	var names []string
-	for _, c := range harmlessCapabilities {
-		names = append(names, c, "CAP_"+c)
-	}
-	return celexpr.List(names)
+	return fmt.Sprintf(`(%[2]s ? c.securityContext.%[1]s : (%[3]s ? object.spec.securityContext.%[1]s : -1))`,
+		field, containerHas(field), podHas(field))
 }
 
 // celIDSet: container c's securityContext, or the pod's, sets field.
 func celIDSet(field string) string {
-	return fmt.Sprintf(`((has(c.securityContext) && has(c.securityContext.%s)) || %s)`, field, podHas(field))
+	return fmt.Sprintf(`((%s) || %s)`, containerHas(field), podHas(field))
+}
+
+// containerHas: container c's securityContext sets field.
+func containerHas(field string) string {
+	return "has(c.securityContext) && has(c.securityContext." + field + ")"
 }
 
 // podHas: the pod's securityContext sets field.
