@@ -33,7 +33,7 @@ func (r *rules) mutatingPolicy(name string) *admissionregistrationv1.MutatingAdm
 		patches = append(patches, pins)
 	}
 	conds := append(r.exemptions(), admissionregistrationv1.MatchCondition{Name: "not-a-mirror-pod", Expression: "!" + celexpr.MirrorPod},
-		admissionregistrationv1.MatchCondition{Name: PrefilterName, Expression: r.hasWork})
+		admissionregistrationv1.MatchCondition{Name: InjectionPrefilterName, Expression: r.hasInjectionWork})
 	return &admissionregistrationv1.MutatingAdmissionPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicy"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},

@@ -35,7 +35,30 @@ func Prefilter(p *config.Policy) (string, error) {
 	return r.hasWork, nil
 }
 
+// InjectionPrefilterName names the MutatingAdmissionPolicy's match
+// condition: the pre-filter of the rules it acts for alone.
+const InjectionPrefilterName = "gpuguard-has-injection-work"
+
+// prefilter ORs the triggers of every registered rule.
 func (r *rules) prefilter() string {
+	return r.prefilterOf(func(*policy.Rule) bool { return true })
+}
+
+// injectionPrefilter ORs the triggers that cover what the
+// MutatingAdmissionPolicy patches: inject-void's (a container without an
+// entry for a device variable), device-env's (an entry that is not void) and
+// pin-parent-groups' (a host path). It changes nothing of a pod for which
+// none holds, so it need not evaluate the other rules' triggers, which an
+// ordinary pod needing its void would otherwise pay for in full. Parity
+// holds the policy's patches to the engine's on every fixture.
+func (r *rules) injectionPrefilter() string {
+	return r.prefilterOf(func(rule *policy.Rule) bool {
+		return slices.Contains([]policy.RuleID{policy.RuleInjectVoid, policy.RuleDeviceEnv, policy.RulePinParentGroups}, rule.ID)
+	})
+}
+
+// prefilterOf ORs the triggers of the registered rules keep selects.
+func (r *rules) prefilterOf(keep func(*policy.Rule) bool) string {
 	in := r.input()
 	var pods, containers, env, envNames []string
 	anyName := false
@@ -45,7 +68,7 @@ func (r *rules) prefilter() string {
 		}
 	}
 	for _, rule := range policy.Registry() {
-		if rule.Trigger == nil {
+		if rule.Trigger == nil || !keep(rule) {
 			continue
 		}
 		if t := rule.Trigger(in); t != nil {

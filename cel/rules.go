@@ -46,6 +46,8 @@ type rules struct {
 	// hasWork is the pre-filter, rendered once for every policy and webhook
 	// that carries it.
 	hasWork string
+	// hasInjectionWork is the MutatingAdmissionPolicy's narrower one.
+	hasInjectionWork string
 }
 
 func newRules(p *config.Policy) (*rules, error) {
@@ -65,6 +67,7 @@ func newRules(p *config.Policy) (*rules, error) {
 	isGPUName := celexpr.Or(append([]string{fmt.Sprintf("k in %s", celexpr.List(exact))}, patterns...)...)
 	r.gpu = fmt.Sprintf(`has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(k, (%s) && quantity(string(c.resources.limits[k])).isGreaterThan(quantity("0")))`, isGPUName)
 	r.hasWork = r.prefilter()
+	r.hasInjectionWork = r.injectionPrefilter()
 	return r, nil
 }
 

@@ -89,7 +89,7 @@ func init() {
 		Order:   180, ContainerCheck: checkCapabilities,
 		// Any severity, privileged or not.
 		Trigger: func(in *CELInput) *CELTrigger {
-			return &CELTrigger{Container: `has(c.securityContext) && ` + addsDevicesCapabilityCEL}
+			return &CELTrigger{Container: looksForGPUTrigger}
 		},
 		Gap: "warnings: rendered only when the policy's severity is `deny`",
 		CEL: func(in *CELInput) *CELCheck {

@@ -26,6 +26,15 @@ func checkPrivileged(ev *evaluation, c *containerRef) {
 		"sees every GPU of the node; drop it or exempt its service account")
 }
 
+// looksForGPUTrigger is the trigger of every rule that judges a
+// container's securityContext for what reaches the node's GPUs (privileged,
+// capabilities, void-hides-gpu): privileged, or adding a capability that the
+// NVIDIA runtime treats as privileged. One text for all three, wider than
+// each alone needs, so that the pre-filter reads the securityContext once a
+// container.
+var looksForGPUTrigger = `has(c.securityContext) && ((has(c.securityContext.privileged) && c.securityContext.privileged) || (` +
+	addsDevicesCapabilityCEL + `))`
+
 // RulePrivileged is the rule of checkPrivileged.
 const RulePrivileged RuleID = "privileged"
 
@@ -35,10 +44,8 @@ func init() {
 		Summary: "a privileged container (deny by default)",
 		Order:   170, ContainerCheck: checkPrivileged,
 		// Any severity.
-		Trigger: func(in *CELInput) *CELTrigger {
-			return &CELTrigger{Container: `has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged`}
-		},
-		Gap: "warnings: rendered only when the policy's severity is `deny` (the default)",
+		Trigger: func(in *CELInput) *CELTrigger { return &CELTrigger{Container: looksForGPUTrigger} },
+		Gap:     "warnings: rendered only when the policy's severity is `deny` (the default)",
 		CEL: func(in *CELInput) *CELCheck {
 			if in.Policy.Spec.Advisories.Privileged != config.SeverityDeny {
 				return nil

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"fmt"
 	"slices"
 )
 
@@ -55,11 +54,10 @@ func init() {
 			if !in.Policy.Spec.InjectVoid {
 				return nil
 			}
-			looksForGPU := `has(c.securityContext) && ((has(c.securityContext.privileged) && c.securityContext.privileged) || (` +
-				addsDevicesCapabilityCEL + `))`
-			// The cheap test first: few containers have a securityContext that
-			// looks for GPUs, and the GPU test parses quantities.
-			return &CELTrigger{Container: fmt.Sprintf("%s && !(%s)", looksForGPU, in.IsGPU)}
+			// Without the GPU test, which parses quantities: GPU
+			// containers pass too, and the text is privileged's and
+			// capabilities', which the pre-filter then tests once.
+			return &CELTrigger{Container: looksForGPUTrigger}
 		},
 		Gap: "a warning only: the backstop renders what denies",
 	})
