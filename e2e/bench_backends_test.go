@@ -39,6 +39,11 @@ const (
 	// webhookGPUGuardFiltered: gpuguard's webhooks with the pre-filter on the
 	// pod webhooks, as the chart's webhook keeps it.
 	webhookGPUGuardFiltered
+	// webhookIdle: gpuguard's webhook configurations with a condition on the
+	// pod webhooks that only the arrangement's probe meets: what their mere
+	// presence costs a pod (the API server converts the pod for each
+	// configuration and for its condition), without gpuguard's pre-filter.
+	webhookIdle
 )
 
 // celKind is which admission policies an arm installs.
@@ -74,6 +79,7 @@ func benchArms() []benchArm {
 		{name: "min-vap", cel: celMinVAP},
 		{name: "min-map", cel: celMinMAP},
 		{name: "min-map+min-vap", cel: celMinBoth},
+		{name: "min-map+min-vap+idle-webhooks", webhook: webhookIdle, cel: celMinBoth},
 		{name: "noop-webhook", webhook: webhookNoop},
 		{name: "patch-webhook", webhook: webhookPatch},
 		{name: "cel-vap", cel: celVAP, voided: true},
@@ -98,6 +104,7 @@ type benchBackends struct {
 	hardened    *cel.Policies // gpuguard's, from a policy without injection
 	applyMAP    *cel.Policies // gpuguard's, injecting by ApplyConfiguration
 	filtered    *framework.WebhookConfigurations
+	idle        *framework.WebhookConfigurations
 }
 
 func newBenchBackends(b *testing.B) *benchBackends {
@@ -113,7 +120,7 @@ func newBenchBackends(b *testing.B) *benchBackends {
 		b.Fatal(err)
 	}
 	return &benchBackends{noop: startReferenceWebhook(b, false), patch: startReferenceWebhook(b, true),
-		full: full, hardened: hardened, minimal: minimalPolicies(full), applyMAP: applyConfigurationPolicies(full), filtered: filteredConfigs(b)}
+		full: full, hardened: hardened, minimal: minimalPolicies(full), applyMAP: applyConfigurationPolicies(full), filtered: filteredConfigs(b), idle: conditionedConfigs(idleCondition)}
 }
 
 // renamedCopy is a copy of the policies and bindings under another name.
@@ -250,15 +257,20 @@ func (bb *benchBackends) installWebhooks(ctx context.Context, k webhookKind) err
 		install = s.Configs.InstallMutating
 	case webhookGPUGuardFiltered:
 		install = bb.filtered.Install
+	case webhookIdle:
+		install = bb.idle.Install
 	}
 	if err := install(ctx, s.cp.Client); err != nil {
 		return err
 	}
-	if k == webhookGPUGuardFiltered {
+	if k == webhookGPUGuardFiltered || k == webhookIdle {
 		// Ordinary pods no longer reach the webhooks: wait for the
-		// webhook's own denial of a violating one.
+		// webhook's own denial of a violating one (by an annotation, which
+		// the minimal MAP's patch of env leaves in place).
 		return framework.Poll(ctx, time.Minute, func() (bool, error) {
-			_, err := pods.Create(ctx, withEnv(plainPod("probe"), allGPUs), dry)
+			probe := plainPod(idleProbe)
+			probe.Annotations = map[string]string{"cdi.k8s.io/gpus": "nvidia.com/gpu=all"}
+			_, err := pods.Create(ctx, probe, dry)
 			return err != nil && strings.Contains(err.Error(), "gpuguard denied"), nil
 		})
 	}
@@ -272,7 +284,18 @@ func filteredConfigs(tb testing.TB) *framework.WebhookConfigurations {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cond := admissionregistrationv1.MatchCondition{Name: cel.PrefilterName, Expression: expr}
+	return conditionedConfigs(admissionregistrationv1.MatchCondition{Name: cel.PrefilterName, Expression: expr})
+}
+
+// idleProbe names the pod by which arrange sees the webhooks in place; the
+// idle condition holds for it alone.
+const idleProbe = "gpuguard-idle-probe"
+
+var idleCondition = admissionregistrationv1.MatchCondition{Name: "idle", Expression: `object.metadata.name == "` + idleProbe + `"`}
+
+// conditionedConfigs are the suite's webhook configurations with a match
+// condition on the pod webhooks.
+func conditionedConfigs(cond admissionregistrationv1.MatchCondition) *framework.WebhookConfigurations {
 	s.Configs.PointAt(s.Webhook.Port, s.CA.PEM)
 	f := &framework.WebhookConfigurations{Mutating: s.Configs.Mutating.DeepCopy(), Validating: s.Configs.Validating.DeepCopy()}
 	for i := range f.Mutating.Webhooks {
