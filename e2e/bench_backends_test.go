@@ -41,8 +41,9 @@ const (
 	webhookGPUGuardFiltered
 	// webhookIdle: gpuguard's webhook configurations with a condition on the
 	// pod webhooks that only the arrangement's probe meets: what their mere
-	// presence costs a pod (the API server converts the pod for each
-	// configuration and for its condition), without gpuguard's pre-filter.
+	// presence costs a pod (for each webhook plugin the API server converts
+	// the pod to the webhooks' version and evaluates the condition on it),
+	// without gpuguard's pre-filter.
 	webhookIdle
 )
 

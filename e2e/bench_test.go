@@ -89,8 +89,8 @@ func BenchmarkPodCreate(b *testing.B) {
 // floors: the minimal MAP, alone and with the minimal VAP (the in-process
 // floor), the two beside idle webhook configurations (the floor of the
 // default install's shape), and the reference patch webhook (the floor of an
-// injecting webhook). No install that injects can do better
-// than the lower of the two on the same machine.
+// injecting webhook). No install that injects can do better than the lower
+// of the minimal MAP and the patch webhook on the same machine.
 func BenchmarkPodCreateConcurrent(b *testing.B) {
 	const rounds, clients, perClient = 5, 16, 40
 	ctx := context.Background()
