@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -94,6 +95,20 @@ func benchArms() []benchArm {
 		{name: "default-unfiltered", webhook: webhookGPUGuard, cel: celFull},
 		{name: "hardened", cel: celHardened},
 	}
+}
+
+// armsNamed are the arms of benchArms with these names, in this order.
+func armsNamed(tb testing.TB, names ...string) []benchArm {
+	all := benchArms()
+	var arms []benchArm
+	for _, n := range names {
+		i := slices.IndexFunc(all, func(a benchArm) bool { return a.name == n })
+		if i < 0 {
+			tb.Fatalf("no benchmark arm %q", n)
+		}
+		arms = append(arms, all[i])
+	}
+	return arms
 }
 
 // benchBackends are the reference webhooks and the admission policies the

@@ -97,17 +97,8 @@ func BenchmarkPodCreateConcurrent(b *testing.B) {
 	bench := newBenchBackends(b)
 	defer bench.restore(b)
 	elapsed := map[string]time.Duration{}
-	arms := []benchArm{
-		{name: "without"},
-		{name: "min-map", cel: celMinMAP},
-		{name: "min-map+min-vap", cel: celMinBoth},
-		{name: "min-map+min-vap+idle-webhooks", webhook: webhookIdle, cel: celMinBoth},
-		{name: "patch-webhook", webhook: webhookPatch},
-		{name: "cel", cel: celFull},
-		{name: "inject-webhook+cel-vap", webhook: webhookGPUGuardMutating, cel: celVAP},
-		{name: "default", webhook: webhookGPUGuardFiltered, cel: celFull},
-		{name: "hardened", cel: celHardened},
-	}
+	arms := armsNamed(b, "without", "min-map", "min-map+min-vap", "min-map+min-vap+idle-webhooks", "patch-webhook",
+		"cel", "inject-webhook+cel-vap", "default", "hardened")
 	for round := range rounds {
 		for _, a := range arms {
 			if err := bench.arrange(ctx, a); err != nil {
