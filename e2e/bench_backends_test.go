@@ -5,11 +5,15 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -260,10 +264,14 @@ func (bb *benchBackends) installWebhooks(ctx context.Context, k webhookKind) err
 		if err := install(ctx, s.cp.Client); err != nil {
 			return err
 		}
-		seen := ref.calls.Load()
+		seen, err := ref.calls()
+		if err != nil {
+			return err
+		}
 		return framework.Poll(ctx, time.Minute, func() (bool, error) {
 			_, _ = pods.Create(ctx, plainPod("probe"), dry)
-			return ref.calls.Load() > seen, nil
+			calls, err := ref.calls()
+			return calls > seen, err
 		})
 	}
 	s.Configs.PointAt(s.Webhook.Port, s.CA.PEM)
@@ -380,7 +388,14 @@ func removePolicies(ctx context.Context, p *cel.Policies) error {
 }
 
 // referenceCalls counts the reviews the reference webhooks have answered.
-func (bb *benchBackends) referenceCalls() int64 { return bb.noop.calls.Load() + bb.patch.calls.Load() }
+func (bb *benchBackends) referenceCalls() (int64, error) {
+	noop, err := bb.noop.calls()
+	if err != nil {
+		return 0, err
+	}
+	patch, err := bb.patch.calls()
+	return noop + patch, err
+}
 
 // leakingPod is a plain pod with a second container that asks for every GPU.
 func leakingPod() *corev1.Pod {
@@ -395,14 +410,18 @@ func (bb *benchBackends) waitNothingActs(ctx context.Context) error {
 	pods, dry, leak := s.cp.Client.CoreV1().Pods(enforceNS), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}, leakingPod()
 	var seen string
 	err := framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
-		calls := bb.referenceCalls()
+		before, err := bb.referenceCalls()
+		if err != nil {
+			return false, err
+		}
 		p, err := pods.Create(ctx, leak, dry)
 		if err != nil {
 			seen = err.Error()
 			return false, nil
 		}
 		seen = fmt.Sprintf("env %v", p.Spec.Containers[0].Env)
-		return len(p.Spec.Containers[0].Env) == 0 && bb.referenceCalls() == calls, nil
+		after, err := bb.referenceCalls()
+		return len(p.Spec.Containers[0].Env) == 0 && after == before, err
 	})
 	if err != nil {
 		return fmt.Errorf("%w; last seen %s", err, seen)
@@ -442,41 +461,107 @@ func waitPolicies(ctx context.Context, validating, mutating, voidRequired bool) 
 	return nil
 }
 
-// referenceWebhook decodes every review and allows it; with patch, it
-// returns gpuguard's void patch for every container without looking at the
-// policy: the least a webhook that injects can cost.
+// referenceWebhook is a webhook process that decodes every review and
+// allows it; the patch one returns gpuguard's void patch for every container
+// without looking at the policy: the least a webhook that injects can cost.
+// It is a process of its own, as gpuguard's webhook is, so that the two
+// differ only in what they do with a review: served from the benchmark's
+// own process, it shared the client's runtime and threads, which no
+// deployed webhook does.
 type referenceWebhook struct {
-	port  int
-	calls atomic.Int64
-	patch bool
+	port   int
+	client *http.Client
 }
 
+// referenceWebhookEnv, in the environment of this test binary, makes it serve
+// a reference webhook instead of running the suite (see TestMain): noop or
+// patch, with the serving certificate in referenceCertDirEnv. It prints its
+// port on its first line, and exits when its standard input closes.
+const referenceWebhookEnv, referenceCertDirEnv = "GPUGUARD_E2E_REFERENCE_WEBHOOK", "GPUGUARD_E2E_REFERENCE_CERT_DIR"
+
+// callsPath answers how many reviews the reference webhook has answered.
+const callsPath = "/calls"
+
 func startReferenceWebhook(b *testing.B, patch bool) *referenceWebhook {
-	n := &referenceWebhook{patch: patch}
-	cert, err := tls.LoadX509KeyPair(filepath.Join(s.CertDir, "tls.crt"), filepath.Join(s.CertDir, "tls.key"))
+	kind := "noop"
+	if patch {
+		kind = "patch"
+	}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), referenceWebhookEnv+"="+kind, referenceCertDirEnv+"="+s.CertDir)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+	var port int
+	if _, err := fmt.Fscanln(stdout, &port); err != nil {
+		b.Fatalf("reference webhook %s: no port: %v", kind, err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(s.CA.PEM)
+	return &referenceWebhook{port: port, client: &http.Client{Timeout: 10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}}}}
+}
+
+// calls is how many reviews the reference webhook has answered.
+func (n *referenceWebhook) calls() (int64, error) {
+	resp, err := n.client.Get(fmt.Sprintf("https://127.0.0.1:%d%s", n.port, callsPath))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var calls int64
+	if _, err := fmt.Fscan(resp.Body, &calls); err != nil {
+		return 0, fmt.Errorf("reference webhook: reading its count: %w", err)
+	}
+	return calls, nil
+}
+
+// serveReferenceWebhook is the reference webhook process's main.
+func serveReferenceWebhook(kind string) int {
+	dir := os.Getenv(referenceCertDirEnv)
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "reference webhook:", err)
+		return 1
 	}
 	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
 	if err != nil {
-		b.Fatal(err)
+		fmt.Fprintln(os.Stderr, "reference webhook:", err)
+		return 1
 	}
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(n.serve)}
+	var calls atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc(callsPath, func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, calls.Load()) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		answerReview(w, r, kind == "patch")
+	})
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: mux}
 	go func() { _ = srv.Serve(l) }()
-	b.Cleanup(func() { _ = srv.Close() })
-	n.port = l.Addr().(*net.TCPAddr).Port
-	return n
+	fmt.Println(l.Addr().(*net.TCPAddr).Port)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = srv.Close()
+	return 0
 }
 
-func (n *referenceWebhook) serve(w http.ResponseWriter, r *http.Request) {
-	n.calls.Add(1)
+func answerReview(w http.ResponseWriter, r *http.Request, patch bool) {
 	var review admissionv1.AdmissionReview
 	if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
 		http.Error(w, "bad review", http.StatusBadRequest)
 		return
 	}
 	resp := &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
-	if n.patch && review.Request.Kind.Kind == "Pod" {
+	if patch && review.Request.Kind.Kind == "Pod" {
 		var pod corev1.Pod
 		if err := json.Unmarshal(review.Request.Object.Raw, &pod); err == nil {
 			if ops := voidPatch(&pod); len(ops) > 2 {

@@ -51,6 +51,9 @@ type suite struct {
 }
 
 func TestMain(m *testing.M) {
+	if kind := os.Getenv(referenceWebhookEnv); kind != "" {
+		os.Exit(serveReferenceWebhook(kind))
+	}
 	code, err := run(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
