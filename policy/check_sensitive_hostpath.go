@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -24,8 +25,11 @@ import (
 //     supplementalGroupsPolicy) and spec.shareProcessNamespace.
 //
 // Allowed values: a path that is neither equal to, below, nor above one of the
-// policy's sensitiveHostPaths. /run and /var/run are treated alike. A path at
-// or below a sensitive path is denied whatever the container. A strict parent
+// policy's sensitiveHostPaths, nor a per-process link of /proc (PID/root,
+// cwd, exe, fd/N, map_files/…, for a PID, self, thread-self or a task of
+// one; see procHostLinkPattern). /run and /var/run are treated alike. A path
+// at or below a sensitive path, or through such a link, is denied whatever
+// the container. A strict parent
 // (/, /var, /run, …) is admitted only where every container mounting it
 // mounts it readOnly, runs as a non-root user and a group above 0 (runAsGroup
 // set, fsGroup and supplementalGroups without 0, supplementalGroupsPolicy
@@ -44,15 +48,19 @@ func checkSensitiveHostPaths(ev *evaluation) {
 		if v.HostPath == nil {
 			continue
 		}
-		s, below := ev.e.sensitiveRelation(cleanAbsolute(v.HostPath.Path))
+		p := cleanAbsolute(v.HostPath.Path)
+		at := ev.t.specPath.Child("volumes").Index(i).Child("hostPath", "path").String()
+		if procHostLink.MatchString(p) {
+			ev.denyHostPath(v, at, "%s is a link of /proc that the runtime follows on the host, to the host's root or wherever a process's directory or file is; "+
+				"name the host path itself", quote(v.HostPath.Path))
+			continue
+		}
+		s, below := ev.e.sensitiveRelation(p)
 		if s == "" {
 			continue
 		}
-		at := ev.t.specPath.Child("volumes").Index(i).Child("hostPath", "path").String()
 		if below || ev.e.policy.Spec.SensitiveHostPathParents == config.ParentsDeny {
-			if ev.scope != scopeNewEphemeral || slices.ContainsFunc(ev.containers, func(c containerRef) bool { return mounts(c.c, v.Name) }) {
-				ev.report(RuleSensitiveHostPath, effectDeny, nil, at, "%s exposes %s; use a GPU resource instead", quote(v.HostPath.Path), s)
-			}
+			ev.denyHostPath(v, at, "%s exposes %s; use a GPU resource instead", quote(v.HostPath.Path), s)
 			continue
 		}
 		for k := range ev.containers {
@@ -66,6 +74,28 @@ func checkSensitiveHostPaths(ev *evaluation) {
 						"allowPrivilegeEscalation: false, capabilities.drop [ALL] (adding back NET_BIND_SERVICE or SYS_TIME at most) and no privilege", quote(v.HostPath.Path), s, strings.Join(missing, ", "))
 			}
 		}
+	}
+}
+
+// procHostLinkPattern matches a host path through a per-process link of
+// /proc: a process's root, working directory, executable, open files and
+// mapped files, of any process (a PID, self, thread-self, or a task of one).
+// The kubelet passes a hostPath through as written; containerd resolves one
+// that ends in a link on the host before it bind-mounts it (WithMounts, with
+// the host's view of /proc), and the runtime looks up one through a link as
+// root on the host. So /proc/1/root is the host's root, and the others lead
+// wherever that process's directory or file is: no list of sensitive paths
+// can judge them. The same text is the CEL backstop's (RE2).
+const procHostLinkPattern = `^/proc/([0-9]+|self|thread-self)(/task/[0-9]+)?/(root|cwd|exe|fd|map_files)(/|$)`
+
+var procHostLink = regexp.MustCompile(procHostLinkPattern)
+
+// denyHostPath denies host path volume v whatever the containers mounting
+// it; on an UPDATE adding ephemeral containers, only where one of them
+// mounts it.
+func (ev *evaluation) denyHostPath(v corev1.Volume, at, format string, args ...any) {
+	if ev.scope != scopeNewEphemeral || slices.ContainsFunc(ev.containers, func(c containerRef) bool { return mounts(c.c, v.Name) }) {
+		ev.report(RuleSensitiveHostPath, effectDeny, nil, at, format, args...)
 	}
 }
 
@@ -261,8 +291,9 @@ func sensitiveHostPathCEL(in *CELInput) *CELCheck {
 }
 
 // sensitiveRelationCEL are predicates over a host path volume v: its path is
-// at or below a sensitive path (below), or a parent of one (parent), with
-// /run and /var/run alike.
+// at or below a sensitive path or through a per-process link of /proc
+// (below), or a parent of a sensitive path (parent), with /run and /var/run
+// alike.
 func sensitiveRelationCEL(in *CELInput) (below, parent string) {
 	var paths []string
 	for _, s := range in.Policy.Spec.SensitiveHostPaths {
@@ -271,7 +302,7 @@ func sensitiveRelationCEL(in *CELInput) (below, parent string) {
 	slices.Sort(paths)
 	list := celexpr.List(slices.Compact(paths))
 	p := celexpr.CleanPath("v.hostPath.path")
-	below = fmt.Sprintf(`%s.exists(s, %[2]s == s || %[2]s.startsWith(s + "/"))`, list, p)
+	below = fmt.Sprintf(`(%[2]s.matches(%[3]s) || %[1]s.exists(s, %[2]s == s || %[2]s.startsWith(s + "/")))`, list, p, celexpr.Str(procHostLinkPattern))
 	parent = fmt.Sprintf(`%s.exists(s, %[2]s == "/" || s.startsWith(%[2]s + "/"))`, list, p)
 	return below, parent
 }
