@@ -96,29 +96,56 @@ func TestPresets(t *testing.T) {
 	}
 }
 
-// TestHAMiPreset: HAMi's resource names count as GPU resources, so a
-// container asking only for GPU memory is not given void (HAMi's webhook
-// adds nvidia.com/gpu to it later); without the preset it is.
-func TestHAMiPreset(t *testing.T) {
+// TestGPUSharingPresets: each GPU-sharing stack's resource names count as
+// GPU resources, so a container asking for one is not given void, which
+// would override the NVIDIA_VISIBLE_DEVICES its device plugin sets (for
+// HAMi, a container asking only for GPU memory, which HAMi's webhook gives
+// nvidia.com/gpu later); without the preset it is.
+func TestGPUSharingPresets(t *testing.T) {
 	c := loadChart(t)
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "llm"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
-		Name: "llm", Image: "vllm", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpumem": resource.MustParse("8000")}}}}}}
-	with := renderedPolicy(t, c, map[string]any{"policy": map[string]any{"presets": map[string]any{"hami": map[string]any{"enabled": true}}}})
-	if !slices.Contains(with.Spec.GPUResources, "nvidia.com/gpu") || !slices.Contains(with.Spec.GPUResources, "nvidia.com/gpucores") {
-		t.Fatalf("gpuResources %v: want the defaults and HAMi's", with.Spec.GPUResources)
+	for _, tc := range []struct{ preset, resource string }{
+		{"hami", "nvidia.com/gpumem"},
+		{"volcanoVGPU", "volcano.sh/vgpu-number"},
+		{"volcanoVGPU", "volcano.sh/gpu-memory"},
+		{"aliyunGPUShare", "aliyun.com/gpu-mem"},
+	} {
+		t.Run(tc.preset+"/"+tc.resource, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "llm"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "llm", Image: "vllm", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(tc.resource): resource.MustParse("2")}}}}}}
+			with := renderedPolicy(t, c, map[string]any{"policy": map[string]any{"presets": map[string]any{tc.preset: map[string]any{"enabled": true}}}})
+			if !slices.Contains(with.Spec.GPUResources, "nvidia.com/gpu") || !slices.Contains(with.Spec.GPUResources, tc.resource) {
+				t.Fatalf("gpuResources %v: want the defaults and %s", with.Spec.GPUResources, tc.resource)
+			}
+			for _, pc := range []struct {
+				p        *config.Policy
+				wantVoid bool
+			}{{with, false}, {config.Default(), true}} {
+				engine, err := policy.New(pc.p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := admit(t, engine, pod, "team", "default")
+				if voided := len(r.Patch) > 0; voided != pc.wantVoid || !r.Allowed {
+					t.Errorf("gpuResources %v: patched %v, want %v (%+v)", pc.p.Spec.GPUResources, voided, pc.wantVoid, r)
+				}
+			}
+		})
 	}
-	for _, tc := range []struct {
-		p        *config.Policy
-		wantVoid bool
-	}{{with, false}, {config.Default(), true}} {
-		engine, err := policy.New(tc.p)
-		if err != nil {
-			t.Fatal(err)
+}
+
+// TestGPUSharingPresetsCombine: two sharing presets and a policy's own
+// gpuResources add up rather than replace one another.
+func TestGPUSharingPresetsCombine(t *testing.T) {
+	p := renderedPolicy(t, loadChart(t), map[string]any{"policy": map[string]any{
+		"spec":    map[string]any{"gpuResources": []any{"nvidia.com/gpu", "example.com/gpu"}},
+		"presets": map[string]any{"hami": map[string]any{"enabled": true}, "aliyunGPUShare": map[string]any{"enabled": true}}}})
+	for _, want := range []string{"nvidia.com/gpu", "example.com/gpu", "nvidia.com/gpucores", "aliyun.com/gpu-mem"} {
+		if !slices.Contains(p.Spec.GPUResources, want) {
+			t.Errorf("gpuResources %v: want %s", p.Spec.GPUResources, want)
 		}
-		r := admit(t, engine, pod, "team", "default")
-		if voided := len(r.Patch) > 0; voided != tc.wantVoid || !r.Allowed {
-			t.Errorf("gpuResources %v: patched %v, want %v (%+v)", tc.p.Spec.GPUResources, voided, tc.wantVoid, r)
-		}
+	}
+	if slices.Contains(p.Spec.GPUResources, "volcano.sh/vgpu-number") {
+		t.Errorf("gpuResources %v: volcanoVGPU is off", p.Spec.GPUResources)
 	}
 }
 

@@ -82,9 +82,13 @@ The policy document the ConfigMap holds.
 {{- define "gpuguard.policyDocument" -}}
 {{- $p := .Values.policy -}}
 {{- $pairs := include "gpuguard.presetExemptions" . | fromYamlArray -}}
-{{- $hami := $p.presets.hami.enabled -}}
+{{- $sharing := list -}}
+{{- range $name := list "hami" "volcanoVGPU" "aliyunGPUShare" -}}
+{{- $preset := get $p.presets $name -}}
+{{- if $preset.enabled -}}{{- $sharing = concat $sharing $preset.resources -}}{{- end -}}
+{{- end -}}
 {{- $kai := $p.presets.kaiScheduler -}}
-{{- $presets := or (gt (len $pairs) 0) $hami $kai.enabled -}}
+{{- $presets := or (gt (len $pairs) 0) (gt (len $sharing) 0) $kai.enabled -}}
 {{- if $p.document -}}
 {{- if or $p.mode $p.spec $presets -}}
 {{- fail "policy.document is a complete policy: do not combine it with policy.mode, policy.spec or policy.presets (put those settings into the document)" -}}
@@ -107,10 +111,10 @@ The policy document the ConfigMap holds.
 {{- $_ := set $ex "serviceAccounts" (concat $sas $pairs) -}}
 {{- $_ := set $spec "exemptions" $ex -}}
 {{- end -}}
-{{- if $hami -}}
+{{- if $sharing -}}
 {{- $builtin := get (fromYaml (.Files.Get "files/policy.yaml")) "spec" -}}
 {{- $gpu := get $spec "gpuResources" | default (get $builtin "gpuResources") -}}
-{{- $_ := set $spec "gpuResources" (concat $gpu $p.presets.hami.resources | uniq) -}}
+{{- $_ := set $spec "gpuResources" (concat $gpu $sharing | uniq) -}}
 {{- end -}}
 {{- if $kai.enabled -}}
 {{- if not .Values.backstop.enabled -}}
