@@ -62,6 +62,12 @@ type PolicySpec struct {
 	// container mounting it is read-only, non-root and unprivileged; deny
 	// denies it, for nodes where a socket belongs to a group pods may take.
 	SensitiveHostPathParents ParentAction `json:"sensitiveHostPathParents"`
+	// WriteProtectedHostPaths hold what the NVIDIA runtime and driver stack
+	// load or run as root on the host (the libraries the toolkit loads, the
+	// dynamic linker's configuration) and other containers' root filesystems
+	// (container runtime storage). A hostPath volume at, below or above one is
+	// admitted only where every container mounting it mounts it readOnly.
+	WriteProtectedHostPaths []string `json:"writeProtectedHostPaths"`
 	// NVIDIARuntimeClasses are the RuntimeClass names that run a pod through the
 	// NVIDIA Container Runtime.
 	NVIDIARuntimeClasses []string `json:"nvidiaRuntimeClasses"`

@@ -30,6 +30,7 @@ func Validate(p *Policy) field.ErrorList {
 	errs = append(errs, validateAnnotations(spec.Child("annotations"), &s.Annotations)...)
 	errs = append(errs, absolutePaths(spec.Child("deviceListMountRoots"), s.DeviceListMountRoots)...)
 	errs = append(errs, absolutePaths(spec.Child("sensitiveHostPaths"), s.SensitiveHostPaths)...)
+	errs = append(errs, absolutePaths(spec.Child("writeProtectedHostPaths"), s.WriteProtectedHostPaths)...)
 	errs = append(errs, enum(spec.Child("sensitiveHostPathParents"), string(s.SensitiveHostPathParents),
 		[]string{string(ParentsReadOnlyUnprivileged), string(ParentsDeny)})...)
 	for i, name := range s.NVIDIARuntimeClasses {

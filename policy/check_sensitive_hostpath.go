@@ -17,6 +17,8 @@ import (
 //
 // Fields read:
 //   - spec.volumes[*].hostPath.path;
+//   - for a volume related to a write-protected path, in every container
+//     that mounts it: volumeMounts[*].readOnly;
 //   - for a volume that is a strict parent of a sensitive path, in every
 //     container that mounts it: volumeMounts[*].readOnly, securityContext
 //     (runAsUser, runAsNonRoot, runAsGroup, allowPrivilegeEscalation,
@@ -29,7 +31,9 @@ import (
 // cwd, exe, fd/N, map_files/…, for a PID, self, thread-self or a task of
 // one; see procHostLinkPattern). /run and /var/run are treated alike. A path
 // at or below a sensitive path, or through such a link, is denied whatever
-// the container. A strict parent
+// the container. A path at, below or above one of the policy's
+// writeProtectedHostPaths, and related to no sensitive path, is denied in
+// each container that mounts it other than readOnly. A strict parent
 // (/, /var, /run, …) is admitted only where every container mounting it
 // mounts it readOnly, runs as a non-root user and a group above 0 (runAsGroup
 // set, fsGroup and supplementalGroups without 0, supplementalGroupsPolicy
@@ -57,6 +61,7 @@ func checkSensitiveHostPaths(ev *evaluation) {
 		}
 		s, below := ev.e.sensitiveRelation(p)
 		if s == "" {
+			ev.checkWriteProtected(v, p, at)
 			continue
 		}
 		if below || ev.e.policy.Spec.SensitiveHostPathParents == config.ParentsDeny {
@@ -97,6 +102,40 @@ func (ev *evaluation) denyHostPath(v corev1.Volume, at, format string, args ...a
 	if ev.scope != scopeNewEphemeral || slices.ContainsFunc(ev.containers, func(c containerRef) bool { return mounts(c.c, v.Name) }) {
 		ev.report(RuleSensitiveHostPath, effectDeny, nil, at, format, args...)
 	}
+}
+
+// checkWriteProtected denies each container that mounts host path volume v,
+// at clean path p, other than readOnly where p is at, below or above one of
+// the policy's writeProtectedHostPaths.
+func (ev *evaluation) checkWriteProtected(v corev1.Volume, p, at string) {
+	w := ev.e.writeProtectedRelation(p)
+	if w == "" {
+		return
+	}
+	for k := range ev.containers {
+		c := &ev.containers[k]
+		if mountsWritable(c.c, v.Name) {
+			ev.report(RuleSensitiveHostPath, effectDeny, c, at,
+				"mounts %s read-write, which is, holds or lies in %s, what the node loads or runs as root (or another container's filesystem); mount it readOnly", quote(v.HostPath.Path), w)
+		}
+	}
+}
+
+// writeProtectedRelation finds the first write-protected path p is at,
+// below or above, or "".
+func (e *Engine) writeProtectedRelation(p string) string {
+	for k, aliases := range e.writeProtected {
+		if slices.ContainsFunc(aliases, func(w string) bool { return related(p, w) }) {
+			return e.policy.Spec.WriteProtectedHostPaths[k]
+		}
+	}
+	return ""
+}
+
+// mountsWritable reports whether container c mounts the named volume other
+// than readOnly.
+func mountsWritable(c *corev1.Container, volume string) bool {
+	return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == volume && !m.ReadOnly })
 }
 
 // sensitiveRelation finds the first sensitive path p is related to: below
@@ -284,10 +323,32 @@ func sensitiveHostPathCEL(in *CELInput) *CELCheck {
 		below = "(" + below + " || " + parent + ")"
 		parent = "false"
 	}
-	return &CELCheck{Message: "mounts a host path that exposes devices or the NVIDIA runtime's configuration, or a parent of one other than read-only, as non-root, without privilege",
+	return &CELCheck{Message: "mounts a host path that exposes devices or the NVIDIA runtime's configuration, or a parent of one other than read-only, as non-root, without privilege, " +
+		"or a write-protected host path other than read-only",
 		Pod: fmt.Sprintf(`has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath) && %[1]s && `+
-			`((%[2]s && (request.operation == "CREATE" || %[3]s)) || (!(%[2]s) && %[4]s && (%[5]s))))`,
-			celexpr.Judgeable("v.hostPath.path"), below, celexpr.Or(mounting...), parent, celexpr.Or(unsafe...))}
+			`((%[2]s && (request.operation == "CREATE" || %[3]s)) || (!(%[2]s) && %[4]s && (%[5]s)) || (!(%[2]s) && !(%[4]s) && %[6]s)))`,
+			celexpr.Judgeable("v.hostPath.path"), below, celexpr.Or(mounting...), parent, celexpr.Or(unsafe...), writeProtectedCEL(in))}
+}
+
+// writeProtectedCEL: host path volume v is at, below or above one of the
+// policy's writeProtectedHostPaths (with /run and /var/run alike), and a
+// judged container mounts it other than read-only.
+func writeProtectedCEL(in *CELInput) string {
+	var paths []string
+	for _, w := range in.Policy.Spec.WriteProtectedHostPaths {
+		paths = append(paths, RunAliases(w)...)
+	}
+	if len(paths) == 0 {
+		return "false"
+	}
+	slices.Sort(paths)
+	p := celexpr.CleanPath("v.hostPath.path")
+	related := fmt.Sprintf(`%s.exists(w, %[2]s == w || %[2]s == "/" || %[2]s.startsWith(w + "/") || w.startsWith(%[2]s + "/"))`, celexpr.List(slices.Compact(paths)), p)
+	var writable []string
+	for _, l := range in.JudgedLists {
+		writable = append(writable, fmt.Sprintf(`%s.exists(c, %s && !(%s))`, l, mountsVolumeCEL, mountsReadOnlyCEL))
+	}
+	return "(" + related + " && (" + celexpr.Or(writable...) + "))"
 }
 
 // sensitiveRelationCEL are predicates over a host path volume v: its path is

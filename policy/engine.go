@@ -169,6 +169,7 @@ type Engine struct {
 	exemptUsers        map[string]bool
 	exemptSAs          map[config.ServiceAccountRef]bool
 	sensitiveHostPaths [][]string // each policy path under both /run and /var/run, in the policy's order
+	writeProtected     [][]string // the same for writeProtectedHostPaths
 }
 
 // New compiles a validated policy into an engine.
@@ -202,6 +203,9 @@ func New(p *config.Policy) (*Engine, error) {
 	}
 	for _, p := range s.SensitiveHostPaths {
 		e.sensitiveHostPaths = append(e.sensitiveHostPaths, RunAliases(p))
+	}
+	for _, p := range s.WriteProtectedHostPaths {
+		e.writeProtected = append(e.writeProtected, RunAliases(p))
 	}
 	return e, nil
 }
