@@ -13,7 +13,9 @@ import (
 )
 
 // checkSensitiveHostPaths is the rule sensitive-hostpath: host directories that
-// hold device nodes, device plugin sockets, CDI specs or the runtime's configuration.
+// hold device nodes, device plugin sockets, CDI specs or the runtime's
+// configuration, what the runtime runs or loads as root, and links of /proc
+// that lead anywhere.
 //
 // Fields read:
 //   - spec.volumes[*].hostPath.path;
@@ -295,7 +297,7 @@ const RuleSensitiveHostPath RuleID = "sensitive-hostpath"
 func init() {
 	register(&Rule{
 		ID:      RuleSensitiveHostPath,
-		Summary: "hostPath volumes at or below sensitive paths; their parents unless mounted read-only by non-root containers without privilege",
+		Summary: "hostPath volumes at or below sensitive paths or through a per-process link of /proc; their parents unless mounted read-only by non-root containers without privilege; write-protected paths other than read-only",
 		Order:   30, PodCheck: checkSensitiveHostPaths, PodScopes: []scope{scopePod, scopeTemplate, scopeNewEphemeral},
 		// Any host path: a parent of a sensitive path is one too, and paths
 		// CEL cannot clean are left to the webhook.
