@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -506,10 +505,8 @@ func startReferenceWebhook(b *testing.B, patch bool) *referenceWebhook {
 	if _, err := fmt.Fscanln(stdout, &port); err != nil {
 		b.Fatalf("reference webhook %s: no port: %v", kind, err)
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(s.CA.PEM)
 	return &referenceWebhook{port: port, client: &http.Client{Timeout: 10 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}}}}
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.CA.Pool(), ServerName: "localhost"}}}}
 }
 
 // calls is how many reviews the reference webhook has answered.

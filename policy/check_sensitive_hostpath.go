@@ -181,11 +181,8 @@ func readOnlyParentProblems(spec *corev1.PodSpec, c *corev1.Container, volume st
 	if spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace {
 		missing = append(missing, "a process namespace of its own")
 	}
-	for _, m := range c.VolumeMounts {
-		if m.Name == volume && !m.ReadOnly {
-			missing = append(missing, "readOnly")
-			break
-		}
+	if mountsWritable(c, volume) {
+		missing = append(missing, "readOnly")
 	}
 	if sc == nil {
 		sc = &corev1.SecurityContext{}
@@ -291,6 +288,26 @@ func RunAliases(p string) []string {
 	return []string{p}
 }
 
+// aliasedPathsCEL is a CEL list of the paths under each of their spellings
+// (RunAliases), sorted, without duplicates.
+func aliasedPathsCEL(paths []string) string {
+	var all []string
+	for _, p := range paths {
+		all = append(all, RunAliases(p)...)
+	}
+	slices.Sort(all)
+	return celexpr.List(slices.Compact(all))
+}
+
+// aliasesOf lists each path's spellings (RunAliases), in the paths' order.
+func aliasesOf(paths []string) [][]string {
+	var out [][]string
+	for _, p := range paths {
+		out = append(out, RunAliases(p))
+	}
+	return out
+}
+
 // RuleSensitiveHostPath is the rule of checkSensitiveHostPaths.
 const RuleSensitiveHostPath RuleID = "sensitive-hostpath"
 
@@ -336,16 +353,12 @@ func sensitiveHostPathCEL(in *CELInput) *CELCheck {
 // policy's writeProtectedHostPaths (with /run and /var/run alike), and a
 // judged container mounts it other than read-only.
 func writeProtectedCEL(in *CELInput) string {
-	var paths []string
-	for _, w := range in.Policy.Spec.WriteProtectedHostPaths {
-		paths = append(paths, RunAliases(w)...)
-	}
-	if len(paths) == 0 {
+	if len(in.Policy.Spec.WriteProtectedHostPaths) == 0 {
 		return "false"
 	}
-	slices.Sort(paths)
 	p := celexpr.CleanPath("v.hostPath.path")
-	related := fmt.Sprintf(`%s.exists(w, %[2]s == w || %[2]s == "/" || %[2]s.startsWith(w + "/") || w.startsWith(%[2]s + "/"))`, celexpr.List(slices.Compact(paths)), p)
+	related := fmt.Sprintf(`%s.exists(w, %[2]s == w || %[2]s == "/" || %[2]s.startsWith(w + "/") || w.startsWith(%[2]s + "/"))`,
+		aliasedPathsCEL(in.Policy.Spec.WriteProtectedHostPaths), p)
 	var writable []string
 	for _, l := range in.JudgedLists {
 		writable = append(writable, fmt.Sprintf(`%s.exists(c, %s && !(%s))`, l, mountsVolumeCEL, mountsReadOnlyCEL))
@@ -358,12 +371,7 @@ func writeProtectedCEL(in *CELInput) string {
 // (below), or a parent of a sensitive path (parent), with /run and /var/run
 // alike.
 func sensitiveRelationCEL(in *CELInput) (below, parent string) {
-	var paths []string
-	for _, s := range in.Policy.Spec.SensitiveHostPaths {
-		paths = append(paths, RunAliases(s)...)
-	}
-	slices.Sort(paths)
-	list := celexpr.List(slices.Compact(paths))
+	list := aliasedPathsCEL(in.Policy.Spec.SensitiveHostPaths)
 	p := celexpr.CleanPath("v.hostPath.path")
 	below = fmt.Sprintf(`(%[2]s.matches(%[3]s) || %[1]s.exists(s, %[2]s == s || %[2]s.startsWith(s + "/")))`, list, p, celexpr.Str(procHostLinkPattern))
 	parent = fmt.Sprintf(`%s.exists(s, %[2]s == "/" || s.startsWith(%[2]s + "/"))`, list, p)

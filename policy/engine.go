@@ -201,12 +201,8 @@ func New(p *config.Policy) (*Engine, error) {
 	for _, sa := range s.Exemptions.ServiceAccounts {
 		e.exemptSAs[sa] = true
 	}
-	for _, p := range s.SensitiveHostPaths {
-		e.sensitiveHostPaths = append(e.sensitiveHostPaths, RunAliases(p))
-	}
-	for _, p := range s.WriteProtectedHostPaths {
-		e.writeProtected = append(e.writeProtected, RunAliases(p))
-	}
+	e.sensitiveHostPaths = aliasesOf(s.SensitiveHostPaths)
+	e.writeProtected = aliasesOf(s.WriteProtectedHostPaths)
 	return e, nil
 }
 
