@@ -13,7 +13,7 @@ BENCHTIME ?= 1s
 
 E2E_TIMEOUT ?= 40m
 
-.PHONY: all build build-gpuguard build-agent test unit lint fuzz bench e2e upstream demo bench-e2e clean images push images-reproducible upstream-charts
+.PHONY: all deps build build-gpuguard build-agent test unit lint fuzz bench e2e upstream demo bench-e2e clean images push images-reproducible upstream-charts
 
 all: build
 
@@ -27,19 +27,25 @@ build-gpuguard:
 build-agent:
 	@if [ -d cmd/gpuguard-agent ]; then CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/gpuguard-agent ./cmd/gpuguard-agent; fi
 
-# Everything: lint, unit tests, a bounded fuzz run, the release images built
-# twice to the same digests, and the end-to-end suite on a real
-# kube-apiserver and etcd built from pinned sources.
-test: lint unit upstream-charts fuzz images-reproducible e2e
+# The Debian packages of hack/packages.txt (cross compilers and their C
+# libraries, runc, nftables, iproute2), installed when missing (as root) and
+# proved to work: a cgo program links for every image platform.
+deps:
+	bash hack/install-deps.sh
+
+# Everything: the system packages, lint, unit tests, a bounded fuzz run, the
+# release images built twice to the same digests, and the end-to-end suites on
+# a real kube-apiserver, etcd, kubelet and containerd built from pinned sources.
+test: deps lint unit upstream-charts fuzz images-reproducible e2e
 
 # Both images as multi-platform OCI image indexes with SBOMs, into an OCI
 # image layout, without Docker (hack/release; docs/release.md). The agent's
-# cgo build needs a C cross compiler for the other platform, which
-# hack/install-cross.sh installs from Debian when missing.
+# cgo build needs a C cross compiler and C library for the other platform,
+# which hack/install-deps.sh installs from Debian when missing.
 PLATFORMS ?= linux/amd64,linux/arm64
 IMAGES ?= _output/images
 images:
-	bash hack/install-cross.sh $(PLATFORMS)
+	bash hack/install-deps.sh --platforms $(PLATFORMS) build images
 	$(GO) run ./hack/release images --out $(IMAGES) --platforms $(PLATFORMS)
 
 # Push the images and the chart (pinned to them by digest) to REGISTRY
@@ -65,7 +71,9 @@ unit: build-gpuguard
 upstream-charts:
 	$(GO) test -count=1 -tags upstream -run '^(TestUpstreamCharts|TestUpstreamWorkloadCorpus|TestCorpusKAIFractions|TestCorpusHAMiShapes)$$' ./charts/
 
+# The system packages' proof comes first: a missing C header fails in seconds.
 lint: $(BIN)/staticcheck
+	bash hack/install-deps.sh --check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet -tags e2e,upstream ./...
 	$(BIN)/staticcheck -tags e2e,upstream ./...

@@ -6,7 +6,7 @@
 #   containerd, containerd-shim-runc-v2 and ctr from github.com/containerd/containerd/v2,
 #   nvidia-container-runtime from github.com/NVIDIA/nvidia-container-toolkit;
 # and installs runc, nftables and iproute2 from Debian's packages when missing
-# (as root only).
+# (as root only; hack/install-deps.sh).
 # Output: _output/bin, with a stamp per binary; built versions are skipped.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,19 +43,12 @@ nct=github.com/NVIDIA/nvidia-container-toolkit
 install_pkg nvidia-container-runtime "$nct/cmd/nvidia-container-runtime" "$NVIDIA_CONTAINER_TOOLKIT_VERSION" 1 "" \
   "-X $nct/internal/info.version=${NVIDIA_CONTAINER_TOOLKIT_VERSION#v}"
 
-# From Debian's packages, as root only: runc for containerd, nft for the
-# cluster suite's kube-proxy (nftables mode), ip for its bridge cleanup.
-debian_install() {
-  local cmd=$1 pkg=$2
-  command -v "$cmd" >/dev/null && return
-  if [ "$(id -u)" != 0 ]; then
-    echo "$cmd is missing and this is not root: the node and cluster suites will skip" >&2
-    return
-  fi
-  echo "installing $pkg from Debian's packages" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$pkg" >&2 ||
-    { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$pkg" >&2; }
-}
-debian_install runc runc
-debian_install nft nftables
-debian_install ip iproute2
+# From Debian's packages (hack/packages.txt, rows needed by e2e): runc for
+# containerd, nft for the cluster suite's kube-proxy (nftables mode), ip for
+# its bridge cleanup. Installed as root; elsewhere the suites skip.
+if [ "$(id -u)" = 0 ]; then
+  bash "$root/hack/install-deps.sh" e2e
+else
+  bash "$root/hack/install-deps.sh" --check e2e ||
+    echo "not root: the node and cluster suites will skip" >&2
+fi

@@ -65,7 +65,7 @@ func CheckClusterBinaries(assets string) error {
 	}
 	for _, tool := range clusterHostTools {
 		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("%s not found: hack/build-node.sh installs it from Debian's packages", tool)
+			return fmt.Errorf("%s not found: hack/install-deps.sh installs it from Debian's packages", tool)
 		}
 	}
 	return nil

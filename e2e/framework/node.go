@@ -85,7 +85,7 @@ func CheckNodeBinaries(assets string) error {
 		}
 	}
 	if _, err := exec.LookPath("runc"); err != nil {
-		return errors.New("runc not found: hack/build-node.sh installs it from Debian's packages")
+		return errors.New("runc not found: hack/install-deps.sh installs it from Debian's packages")
 	}
 	return nil
 }

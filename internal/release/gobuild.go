@@ -46,9 +46,10 @@ func cCompiler(p Platform) (string, error) {
 	}
 	cc := crossTriple(p.Arch) + "-gcc"
 	if _, err := exec.LookPath(cc); err != nil {
-		return "", fmt.Errorf("cgo needs a C cross compiler, and %s is not on PATH: install Debian's gcc-%s "+
-			"(hack/install-cross.sh does), set CC_%s to another, or build only this machine's platform with PLATFORMS=%s",
-			cc, crossTriple(p.Arch), p.Arch, HostPlatform())
+		return "", fmt.Errorf("cgo needs a C cross compiler, and %s is not on PATH: install Debian's cross compiler "+
+			"and C library for %s (hack/packages.txt lists them; hack/install-deps.sh installs them), set CC_%s to another, "+
+			"or build only this machine's platform with PLATFORMS=%s",
+			cc, p, p.Arch, HostPlatform())
 	}
 	return cc, nil
 }
