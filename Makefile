@@ -1,4 +1,6 @@
-# gpuguard build and test entry points. `make test` is what CI and newcomers run.
+# gpuguard build and test entry points. `make test` is what CI and newcomers
+# run; `make help` lists every target. The first line of the comment above a
+# target is its summary in `make help`.
 GO ?= go
 BIN ?= bin
 STATICCHECK_VERSION ?= v0.8.2
@@ -10,83 +12,109 @@ FUZZTIME ?=
 FUZZ_EVALUATE ?= 300000x
 FUZZ_PARITY ?= 20000x
 BENCHTIME ?= 1s
+# One set of build flags for every go command make runs, the tests' own
+# builds of the binaries among them: -trimpath, as the release and upstream
+# builds need it, so that all of them share one build cache instead of
+# compiling the dependency graph once per flag set.
+export GOFLAGS := $(strip $(filter-out -trimpath,$(GOFLAGS)) -trimpath)
 
 E2E_TIMEOUT ?= 40m
 
-.PHONY: all deps build build-gpuguard build-agent test unit lint fuzz bench e2e upstream demo bench-e2e clean images push images-reproducible upstream-charts
+.PHONY: all help deps deps-check check-tree build build-gpuguard build-agent test unit lint fuzz bench e2e upstream demo bench-e2e clean images push images-reproducible upstream-charts
 
+# Both binaries, into bin/.
 all: build
 
+# Every target with its summary.
+help:
+	@echo "make TARGET, where TARGET is one of:"; awk -f hack/make-help.awk $(firstword $(MAKEFILE_LIST))
+
+# Both binaries, into bin/.
 build: build-gpuguard build-agent
 
-# The admission binary is static (distroless image): no cgo.
+# The gpuguard binary (webhook, check, audit, render-cel): static, no cgo.
 build-gpuguard:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/gpuguard .
 
-# The node agent needs cgo for NVML (dlopened at Init, so no driver is needed to build).
+# The node agent: cgo for NVML, which it dlopens at start (no driver needed to build).
 build-agent:
-	@if [ -d cmd/gpuguard-agent ]; then CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/gpuguard-agent ./cmd/gpuguard-agent; fi
+	CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/gpuguard-agent ./cmd/gpuguard-agent
 
-# The Debian packages of hack/packages.txt (cross compilers and their C
-# libraries, runc, nftables, iproute2), installed when missing (as root) and
-# proved to work: a cgo program links for every image platform.
+# Install the Debian packages of hack/packages.txt that are missing, and prove them.
+# Cross compilers and their C libraries, runc, nftables, iproute2: installed
+# when missing (as root), then proved to work, a cgo program linking for every
+# image platform.
 deps:
 	bash hack/install-deps.sh
 
-# Everything: the system packages, lint, unit tests, a bounded fuzz run, the
-# release images built twice to the same digests, and the end-to-end suites on
-# a real kube-apiserver, etcd, kubelet and containerd built from pinned sources.
-test: deps lint unit upstream-charts fuzz images-reproducible e2e
+# Every test: system packages, lint, unit, upstream charts, fuzz, images, e2e.
+# The release images are built twice to the same digests; the end-to-end
+# suites run a real kube-apiserver, etcd, kubelet and containerd built from
+# pinned sources, which hack/test.sh builds beside the Go steps.
+test: deps
+	bash hack/test.sh
 
-# Both images as multi-platform OCI image indexes with SBOMs, into an OCI
-# image layout, without Docker (hack/release; docs/release.md). The agent's
-# cgo build needs a C cross compiler and C library for the other platform,
-# which hack/install-deps.sh installs from Debian when missing.
+# Both images as multi-platform OCI image indexes with SBOMs, without Docker.
+# Into an OCI image layout (hack/release; docs/release.md). The agent's cgo
+# build needs a C cross compiler and C library for the other platform, which
+# hack/install-deps.sh installs from Debian when missing.
 PLATFORMS ?= linux/amd64,linux/arm64
 IMAGES ?= _output/images
 images:
 	bash hack/install-deps.sh --platforms $(PLATFORMS) build images
 	$(GO) run ./hack/release images --out $(IMAGES) --platforms $(PLATFORMS)
 
-# Push the images and the chart (pinned to them by digest) to REGISTRY
-# (host[:port][/path]); PLAIN_HTTP=1 for a registry without TLS.
+# Push the images and the chart, pinned to them by digest, to REGISTRY.
+# REGISTRY is host[:port][/path]; PLAIN_HTTP=1 for a registry without TLS.
 push: images
 	@if [ -z "$(REGISTRY)" ]; then echo "usage: make push REGISTRY=host[:port][/path] [PLAIN_HTTP=1]" >&2; exit 2; fi
 	$(GO) run ./hack/release push --registry $(REGISTRY) --layout $(IMAGES) $(if $(PLAIN_HTTP),--plain-http)
 
-# make images twice: the layouts' index.json (every index's and SBOM's
-# digest) must be byte for byte the same.
+# make images twice: both layouts' index.json must be byte for byte the same.
+# index.json holds every index's and SBOM's digest.
 images-reproducible:
 	$(MAKE) --no-print-directory images IMAGES=_output/images
 	$(MAKE) --no-print-directory images IMAGES=_output/images-again
 	@cmp _output/images/index.json _output/images-again/index.json && \
 		echo "make images is reproducible: both builds gave the same digests"
 
+# Unit and package tests: go test ./...
 unit: build-gpuguard
 	$(GO) test -count=1 ./...
 
-# The presets against the upstream charts themselves, rendered at pinned
-# versions fetched through the Go module proxy (charts/upstream_test.go,
+# The presets against the upstream charts, rendered at pinned versions.
+# Fetched through the Go module proxy (charts/upstream_test.go,
 # docs/compatibility.md).
 upstream-charts:
 	$(GO) test -count=1 -tags upstream -run '^(TestUpstreamCharts|TestUpstreamWorkloadCorpus|TestCorpusKAIFractions|TestCorpusHAMiShapes)$$' ./charts/
 
+# System packages, tree size, gofmt, go vet and staticcheck.
 # The system packages' proof comes first: a missing C header fails in seconds.
-lint: $(BIN)/staticcheck
-	bash hack/install-deps.sh --check
+lint: deps-check check-tree $(BIN)/staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet -tags e2e,upstream ./...
 	$(BIN)/staticcheck -tags e2e,upstream ./...
 
+# Prove the packages of hack/packages.txt work, installing nothing.
+deps-check:
+	bash hack/install-deps.sh --check
+
+# Fail on a tracked file over 5 MB: a binary committed by mistake costs every clone.
+check-tree:
+	@big=$$(git ls-files -z | xargs -0 -r stat -c '%s %n' 2>/dev/null | awk '$$1 > 5*1024*1024 {print $$2}'); \
+	if [ -n "$$big" ]; then echo "tracked files over 5 MB (binaries and build outputs do not belong in git): $$big" >&2; exit 1; fi; \
+	echo "no tracked file over 5 MB"
+
 $(BIN)/staticcheck:
 	GOBIN=$(CURDIR)/$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-# Bounded fuzzing, seeded from the golden fixtures: the policy engine alone,
-# then the engine against the CEL backstop evaluated in-process.
+# Bounded fuzzing: the engine alone, then the engine against the CEL backstop.
+# Seeded from the golden fixtures; the backstop is evaluated in-process.
 fuzz:
 	$(GO) test ./policy -run '^$$' -fuzz '^FuzzEvaluate$$' -fuzztime $(or $(FUZZTIME),$(FUZZ_EVALUATE))
 	$(GO) test ./cel -run '^$$' -fuzz '^FuzzParity$$' -fuzztime $(or $(FUZZTIME),$(FUZZ_PARITY))
 
+# In-process benchmarks of every package (docs/benchmarks.md).
 bench:
 	$(GO) test ./... -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME)
 
@@ -94,38 +122,39 @@ bench:
 upstream:
 	bash hack/build-upstream.sh
 
-# The control-plane and node suites run side by side; the cluster suite after
-# them, since it runs a kubelet too and a machine holds one.
+# The end-to-end suites: control plane and node side by side, then the cluster.
+# The cluster suite runs after them, since it runs a kubelet too and a machine
+# holds one.
 e2e: upstream node-binaries
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./e2e/ ./e2e/node/
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./e2e/cluster/
 
 .PHONY: node-binaries e2e-node demo-node e2e-cluster cluster
 
-# The node stack of e2e/node and e2e/cluster (kubelet, containerd, the NVIDIA
-# Container Runtime, runc, and the rest of a cluster: controller manager,
-# scheduler, kube-proxy, kubectl, helm, CNI plugins) built from pinned sources
-# into _output/bin; see docs/node-e2e.md.
+# The node and cluster stack, built from pinned sources into _output/bin.
+# kubelet, containerd, the NVIDIA Container Runtime, runc, and the rest of a
+# cluster: controller manager, scheduler, kube-proxy, kubectl, helm, CNI
+# plugins; see docs/node-e2e.md.
 node-binaries:
 	bash hack/build-node.sh
 
-# Only the node suite: pods through a real kubelet, containerd and NVIDIA runtime
-# on fake GPUs, without and with gpuguard. Needs root; skips elsewhere.
+# Only the node suite: real kubelet, containerd and NVIDIA runtime, fake GPUs.
+# Pods without and with gpuguard. Needs root; skips elsewhere.
 e2e-node: upstream node-binaries
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/node/
 
-# Only the cluster suite: the README's Helm walkthrough, verbatim, with the real
-# helm and kubectl on a whole single-node cluster built from pinned sources
-# (root; skips elsewhere).
+# Only the cluster suite: the README's Helm walkthrough, verbatim.
+# With the real helm and kubectl on a whole single-node cluster built from
+# pinned sources (root; skips elsewhere).
 e2e-cluster: upstream node-binaries
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/cluster/
 
-# A whole single-node cluster with gpuguard's image loaded, for following the
-# README's "Install with Helm" without a cluster of one's own (root; Ctrl-C stops it).
+# A whole single-node cluster with gpuguard's image loaded (root; Ctrl-C stops it).
+# For following the README's "Install with Helm" without a cluster of one's own.
 cluster: node-binaries
 	$(GO) run ./hack/localcluster
 
-# The leak and the fix side by side, as a table (root).
+# The leak and the fix side by side on a real node, as a table (root).
 demo-node: upstream node-binaries
 	$(GO) run ./e2e/node/demo
 
@@ -133,19 +162,19 @@ demo-node: upstream node-binaries
 bench-e2e: upstream
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run '^$$' -bench PodCreate ./e2e/
 
-# A local control plane with gpuguard installed; applies examples/ and shows what
-# the API server did with each object.
+# A local control plane with gpuguard installed; applies examples/ through it.
+# Shows what the API server did with each object.
 demo: upstream
 	$(GO) run ./e2e/demo
 
-# The binaries of hack/gpu-check.sh (the checks that need a real GPU), built
-# here to run on a GPU machine that has no Go toolchain.
+# The binaries of hack/gpu-check.sh, for a GPU machine without a Go toolchain.
 GPU_CHECK_DIR ?= _gpu
 .PHONY: gpu-check-binaries
 gpu-check-binaries:
 	CGO_ENABLED=1 $(GO) test -c -trimpath -ldflags='-s -w' -o $(GPU_CHECK_DIR)/discovery.test ./agent/discovery
-	CGO_ENABLED=1 $(GO) test -c -trimpath -ldflags='-s -w' -o $(GPU_CHECK_DIR)/verify.test ./agent/verify
+	CGO_ENABLED=1 $(GO) test -c -trimpath -ldflags='-s -w' -o $(GPU_CHECK_DIR)/verify.test ./agent/verifier
 	CGO_ENABLED=1 $(GO) build -trimpath -ldflags='-s -w' -o $(GPU_CHECK_DIR)/gpuguard-agent ./cmd/gpuguard-agent
 
+# Remove bin/ (the built binaries and staticcheck).
 clean:
 	rm -rf $(BIN)

@@ -55,14 +55,23 @@ kube_module() {
   echo "$dir"
 }
 
+# build_kube builds the named commands of k8s.io/kubernetes that are not built
+# yet, in one go build: the commands share most of their packages, and one
+# invocation compiles each once and links the binaries side by side.
 build_kube() {
-  local name=$1
-  built "$name" "$KUBERNETES_VERSION" && return
+  local todo=() name
+  for name in "$@"; do built "$name" "$KUBERNETES_VERSION" || todo+=("$name"); done
+  [ ${#todo[@]} -gt 0 ] || return 0
   local dir; dir=$(kube_module)
-  echo "building $name $KUBERNETES_VERSION (several minutes on a cold cache)" >&2
+  local out="$work/kube-out"
+  rm -rf "$out" && mkdir -p "$out"
+  echo "building ${todo[*]} $KUBERNETES_VERSION (several minutes on a cold cache)" >&2
   (cd "$dir" && go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${KUBERNETES_VERSION#v1.}" \
-    -o "$bin/$name" "k8s.io/kubernetes/cmd/$name")
-  stamp "$name" "$KUBERNETES_VERSION"
+    -o "$out/" "${todo[@]/#/k8s.io/kubernetes/cmd/}")
+  for name in "${todo[@]}"; do
+    mv "$out/$name" "$bin/$name"
+    stamp "$name" "$KUBERNETES_VERSION"
+  done
 }
 
 build_etcd() {
@@ -89,11 +98,12 @@ build_tool() {
   stamp "$name" "$version"
 }
 
+kube=(kube-apiserver)
+if [ "${KUBELET:-0}" = 1 ] || [ "${CLUSTER:-0}" = 1 ]; then kube+=(kubelet); fi
+if [ "${CLUSTER:-0}" = 1 ]; then kube+=(kube-controller-manager kube-scheduler kube-proxy kubectl); fi
 build_etcd
-build_kube kube-apiserver
-if [ "${KUBELET:-0}" = 1 ] || [ "${CLUSTER:-0}" = 1 ]; then build_kube kubelet; fi
+build_kube "${kube[@]}"
 if [ "${CLUSTER:-0}" = 1 ]; then
-  for c in kube-controller-manager kube-scheduler kube-proxy kubectl; do build_kube "$c"; done
   build_tool helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
     "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
   # The plugins are found by containerd in a directory of their own.

@@ -25,9 +25,11 @@ func BuildAgent(repoRoot, outDir string) (string, error) {
 	return buildBinary(repoRoot, outDir, "gpuguard-agent", "./cmd/gpuguard-agent", true)
 }
 
+// buildBinary builds with -trimpath, as make build and the release images
+// do, so that the build cache serves all of them.
 func buildBinary(repoRoot, outDir, name, pkg string, cgo bool) (string, error) {
 	bin := filepath.Join(outDir, name)
-	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, pkg)
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if cgo {
