@@ -24,7 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpuguard/gpuguard/internal/testcerts"
+	"github.com/gpuguard/gpuguard/testsupport/testcerts"
 )
 
 // The CLI tests run the built binary, as scripts and CI pipelines do.
@@ -36,7 +36,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "gpuguard")
-	build := exec.Command("go", "build", "-o", binary, ".")
+	// Built as make build-gpuguard builds it (static, -trimpath), so that the
+	// build cache serves both.
+	build := exec.Command("go", "build", "-trimpath", "-o", binary, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		panic("building gpuguard: " + err.Error() + "\n" + string(out))

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apiserver/pkg/admission"
 
+	"github.com/gpuguard/gpuguard/cel/celeval"
 	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/internal/celeval"
 	"github.com/gpuguard/gpuguard/policy"
 )
 

@@ -16,10 +16,10 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 
 	"github.com/gpuguard/gpuguard/cel"
+	"github.com/gpuguard/gpuguard/cel/celeval"
 	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/internal/celeval"
-	"github.com/gpuguard/gpuguard/internal/fixtures"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/testsupport/fixtures"
 )
 
 // TestInProcessParity evaluates the CEL backstop rendered from each

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 
 	"github.com/gpuguard/gpuguard/cel"
+	"github.com/gpuguard/gpuguard/cel/celeval"
 	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/internal/celeval"
 )
 
 // BenchmarkPrefilter evaluates the pre-filter, as the API server's match

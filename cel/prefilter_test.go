@@ -11,10 +11,10 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 
 	"github.com/gpuguard/gpuguard/cel"
+	"github.com/gpuguard/gpuguard/cel/celeval"
 	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/internal/celeval"
-	"github.com/gpuguard/gpuguard/internal/fixtures"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/testsupport/fixtures"
 )
 
 // TestPrefilterIsSafe holds the pre-filter against the engine on every

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 	"github.com/gpuguard/gpuguard/policy"
 	"github.com/gpuguard/gpuguard/policy/celexpr"
 )
@@ -70,7 +71,7 @@ func Render(p *config.Policy, o Options) (*Policies, error) {
 		// Where a namespace label relaxes the mode, the webhook alone judges: the
 		// binding applies one mode, and must not deny what the webhook allows.
 		validatingMatch.NamespaceSelector.MatchExpressions = append(validatingMatch.NamespaceSelector.MatchExpressions,
-			metav1.LabelSelectorRequirement{Key: policy.ModeLabel, Operator: metav1.LabelSelectorOpNotIn, Values: relaxed})
+			metav1.LabelSelectorRequirement{Key: wellknown.ModeLabel, Operator: metav1.LabelSelectorOpNotIn, Values: relaxed})
 	}
 	out := &Policies{
 		Validating:        r.validatingPolicy(o.Name),
@@ -87,7 +88,7 @@ func Render(p *config.Policy, o Options) (*Policies, error) {
 func relaxingLabels(spec *config.PolicySpec) []string {
 	var relaxed []string
 	for _, m := range config.Modes {
-		if mode, _ := policy.ModeFor(spec, map[string]string{policy.ModeLabel: m}); mode.Strictness() < spec.Mode.Strictness() {
+		if mode, _ := policy.ModeFor(spec, map[string]string{wellknown.ModeLabel: m}); mode.Strictness() < spec.Mode.Strictness() {
 			relaxed = append(relaxed, m)
 		}
 	}
@@ -173,7 +174,7 @@ func (r *rules) variables() []admissionregistrationv1.Variable {
 // one validation. Its message is static: the API server evaluates every
 // message expression of a policy on every request that reaches its
 // validations, failed or not, so one naming the offending container would run
-// the predicates a second time for every pod judged (internal/celcost
+// the predicates a second time for every pod judged (cel/celcost
 // measured it at as much again as the validations). The webhook, which judges
 // first when it is up, names the container and the field.
 func containerValidation(ch check) admissionregistrationv1.Validation {
@@ -221,7 +222,7 @@ func (r *rules) validatingPolicy(name string) *admissionregistrationv1.Validatin
 	}
 }
 
-var labels = map[string]string{"app.kubernetes.io/managed-by": "gpuguard", "app.kubernetes.io/component": "cel-backstop"}
+var labels = wellknown.OwnedLabels(wellknown.ComponentCELBackstop)
 
 func validatingBinding(name string, mode config.Mode, match *admissionregistrationv1.MatchResources) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
 	action := map[config.Mode]admissionregistrationv1.ValidationAction{

@@ -36,8 +36,8 @@ import (
 
 	gpuguardcel "github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/internal/chartrender"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/tools/chartrender"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

@@ -17,9 +17,9 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/internal/chartrender"
-	"github.com/gpuguard/gpuguard/internal/upstreamchart"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/tools/chartrender"
+	"github.com/gpuguard/gpuguard/tools/upstreamchart"
 )
 
 // corpusSource is a benign upstream project at a pinned version: a chart

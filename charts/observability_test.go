@@ -17,7 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
-	"github.com/gpuguard/gpuguard/internal/chartrender"
+	"github.com/gpuguard/gpuguard/tools/chartrender"
 )
 
 // exportedMetrics are the metric names the binaries declare, read from their

@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/internal/chartrender"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/tools/chartrender"
 )
 
 // presetCase is a preset turned on, the exemptions its upstream chart's

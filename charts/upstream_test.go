@@ -10,8 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/internal/upstreamchart"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/tools/upstreamchart"
 )
 
 // upstreamStack is an upstream chart rendered at a pinned version, and the

@@ -22,8 +22,8 @@ import (
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/e2e/framework"
-	"github.com/gpuguard/gpuguard/internal/fixtures"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/testsupport/fixtures"
 )
 
 // installBackstop applies the CEL policies rendered from the default policy (or

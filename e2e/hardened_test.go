@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
-	"github.com/gpuguard/gpuguard/internal/hardening"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 // gpuNodeLabel marks this test's Nodes as GPU nodes (the suite's control
@@ -32,7 +32,7 @@ func TestHardenedProfileFollowsTheNodes(t *testing.T) {
 	const name = "gpuguard-hardened"
 	nodes := []string{"gpu-hardened-a", "gpu-hardened-b"}
 	for _, n := range nodes {
-		setNodeLabels(t, n, map[string]string{gpuNodeLabel: "true", hardening.HardenedLabel: "true"})
+		setNodeLabels(t, n, map[string]string{gpuNodeLabel: "true", wellknown.HardenedLabel: "true"})
 	}
 	wh := startClusterWebhook(t, "gpuguard-hardened", "--cel-backstop", "--cel-backstop-name", name,
 		"--cel-backstop-exclude-namespace", releaseNS, "--validating-webhook-configuration", s.Configs.Validating.Name,
@@ -63,7 +63,7 @@ func TestHardenedProfileFollowsTheNodes(t *testing.T) {
 		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
 		t.Error("with the injection off, a pod with NVIDIA_VISIBLE_DEVICES=all must still be denied")
 	}
-	setNodeLabels(t, nodes[1], map[string]string{hardening.HardenedLabel: "false"})
+	setNodeLabels(t, nodes[1], map[string]string{wellknown.HardenedLabel: "false"})
 	waitVoid(t, wh, true)
 	// The backstop alone follows too: with the webhooks gone, its
 	// MutatingAdmissionPolicy injects again.

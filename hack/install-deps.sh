@@ -43,7 +43,7 @@ triple() {
 }
 for p in ${platforms//,/ }; do triple "$p" >/dev/null || exit 2; done
 
-# cc_for names the C compiler cgo uses for a platform, as internal/release does.
+# cc_for names the C compiler cgo uses for a platform, as tools/release does.
 cc_for() {
   local p=$1 arch=${1#linux/} override
   override="CC_$arch"

@@ -25,9 +25,6 @@ const (
 	Validating Phase = "validating"
 )
 
-// ModeLabel is the namespace label that may change the mode for one namespace.
-const ModeLabel = "gpuguard.io/mode"
-
 // MirrorPodAnnotation marks a pod that the kubelet mirrors from a static manifest.
 const MirrorPodAnnotation = "kubernetes.io/config.mirror"
 

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 // SubresourceEphemeralContainers is the subresource through which ephemeral
@@ -47,7 +48,7 @@ func (e *Engine) Evaluate(ctx context.Context, req *Request) Result {
 	}
 	ev.stripping = ev.mutable && mode == config.ModeEnforce && e.policy.Spec.Action == config.ActionStrip
 	if modeNote != "" {
-		ev.report(RuleNamespaceMode, effectWarn, nil, "metadata.labels["+ModeLabel+"]", "%s", modeNote)
+		ev.report(RuleNamespaceMode, effectWarn, nil, "metadata.labels["+wellknown.ModeLabel+"]", "%s", modeNote)
 	}
 	ev.run()
 	return ev.result(mode)

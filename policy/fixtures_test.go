@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuguard/gpuguard/internal/fixtures"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/testsupport/fixtures"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of testdata/{pass,fail}")

@@ -9,8 +9,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/gpuguard/gpuguard/internal/fixtures"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/testsupport/fixtures"
 )
 
 // FuzzEvaluate feeds arbitrary pods, seeded from the fixtures, to the engine under

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 func (e *Engine) modeFor(labels map[string]string) (config.Mode, string) {
@@ -15,7 +16,7 @@ func (e *Engine) modeFor(labels map[string]string) (config.Mode, string) {
 // enforce, in that order); it may relax it only when the policy allows Any.
 func ModeFor(spec *config.PolicySpec, labels map[string]string) (config.Mode, string) {
 	base := spec.Mode
-	value, ok := labels[ModeLabel]
+	value, ok := labels[wellknown.ModeLabel]
 	if !ok {
 		return base, ""
 	}

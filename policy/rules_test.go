@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 func defaultEngine(t *testing.T, edit func(*config.PolicySpec)) *Engine {
@@ -168,7 +169,7 @@ func TestModeFor(t *testing.T) {
 		e := defaultEngine(t, func(s *config.PolicySpec) { s.Mode, s.NamespaceModeOverride = tc.base, tc.override })
 		labels := map[string]string{}
 		if tc.label != "" {
-			labels[ModeLabel] = tc.label
+			labels[wellknown.ModeLabel] = tc.label
 		}
 		got, note := e.modeFor(labels)
 		if got != tc.want || (note != "") != tc.noted {

@@ -4,7 +4,7 @@ import (
 	"crypto/x509"
 	"testing"
 
-	"github.com/gpuguard/gpuguard/internal/testcerts"
+	"github.com/gpuguard/gpuguard/testsupport/testcerts"
 )
 
 // writeTestCerts makes a CA and a serving certificate for localhost in dir, and

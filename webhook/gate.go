@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
-	"github.com/gpuguard/gpuguard/internal/policysource"
+	"github.com/gpuguard/gpuguard/webhook/policysource"
 )
 
 // Limits bound the reviews the webhook works on at once.

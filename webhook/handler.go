@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/gpuguard/gpuguard/internal/manifest"
-	"github.com/gpuguard/gpuguard/internal/policysource"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/webhook/policysource"
 )
 
 // EngineSource gives the engine of the policy in force, or nil before one is loaded.

@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/internal/policysource"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/webhook/policysource"
 )
 
 // staticLabels and staticConfigMaps stand in for the API server behind gpuguard's own

@@ -9,13 +9,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/internal/backgroundaudit"
-	"github.com/gpuguard/gpuguard/internal/backstop"
-	"github.com/gpuguard/gpuguard/internal/hardening"
-	"github.com/gpuguard/gpuguard/internal/lookup"
-	"github.com/gpuguard/gpuguard/internal/policysource"
-	"github.com/gpuguard/gpuguard/internal/prefilter"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/webhook/backgroundaudit"
+	"github.com/gpuguard/gpuguard/webhook/backstop"
+	"github.com/gpuguard/gpuguard/webhook/hardening"
+	"github.com/gpuguard/gpuguard/webhook/lookup"
+	"github.com/gpuguard/gpuguard/webhook/policysource"
+	"github.com/gpuguard/gpuguard/webhook/prefilter"
 )
 
 // reviewInputs read what a review needs besides its object. They are nil

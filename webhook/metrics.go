@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/gpuguard/gpuguard/internal/policysource"
+	"github.com/gpuguard/gpuguard/webhook/policysource"
 )
 
 // Metrics are gpuguard's Prometheus collectors, registered once in

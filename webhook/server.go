@@ -30,11 +30,11 @@ import (
 
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/internal/backgroundaudit"
-	"github.com/gpuguard/gpuguard/internal/hardening"
-	"github.com/gpuguard/gpuguard/internal/policysource"
-	"github.com/gpuguard/gpuguard/internal/servingcert"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/webhook/backgroundaudit"
+	"github.com/gpuguard/gpuguard/webhook/hardening"
+	"github.com/gpuguard/gpuguard/webhook/policysource"
+	"github.com/gpuguard/gpuguard/webhook/servingcert"
 )
 
 // Paths of the admission endpoints.
@@ -95,7 +95,7 @@ type Options struct {
 	// InjectVoid is the hardened-cluster profile: InjectAlways follows the
 	// policy; InjectNever puts it in force without its void injection;
 	// InjectAuto does so only while every GPU node (a node with any of
-	// GPUNodeLabels) reports itself hardened (hardening.HardenedLabel).
+	// GPUNodeLabels) reports itself hardened (wellknown.HardenedLabel).
 	InjectVoid    InjectVoid
 	GPUNodeLabels []hardening.Label
 

@@ -17,11 +17,11 @@ import (
 	"github.com/gpuguard/gpuguard/agent/cdispec"
 	"github.com/gpuguard/gpuguard/agent/discovery"
 	"github.com/gpuguard/gpuguard/agent/health"
-	"github.com/gpuguard/gpuguard/agent/nodeconfig"
+	"github.com/gpuguard/gpuguard/agent/nodereport"
 	"github.com/gpuguard/gpuguard/agent/plugin"
 	"github.com/gpuguard/gpuguard/agent/rm"
 	"github.com/gpuguard/gpuguard/agent/strategy"
-	"github.com/gpuguard/gpuguard/agent/verify"
+	"github.com/gpuguard/gpuguard/agent/verifier"
 	"github.com/gpuguard/gpuguard/config"
 )
 
@@ -39,7 +39,7 @@ type Agent struct {
 	backend *discovery.Backend
 
 	pluginMetrics *plugin.Metrics
-	hardening     *nodeconfig.Metrics
+	hardening     *nodereport.Metrics
 	xids          *prometheus.CounterVec
 	otherPlugin   prometheus.Gauge
 	// healthWait bounds one NVML event wait (0: the watcher default).
@@ -56,7 +56,7 @@ type Agent struct {
 	policyErr  string
 	// reports writes the node's ClusterReport; nil unless --reports.
 	reports       dynamic.Interface
-	verifyMetrics *verify.Metrics
+	verifyMetrics *verifier.Metrics
 
 	// otherPlugins are the sockets of another NVIDIA device plugin once
 	// seen in --device-plugin=auto. The agent remembers them because a
@@ -104,9 +104,9 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Agent, error)
 		return nil, ConfigError{err}
 	}
 	a := &Agent{cfg: cfg, set: set, log: log, backend: b, nodeLabels: nodeLabels, kube: kube, reports: reports,
-		verifyMetrics: verify.NewMetrics(reg),
+		verifyMetrics: verifier.NewMetrics(reg),
 		pluginMetrics: plugin.NewMetrics(reg),
-		hardening:     nodeconfig.NewMetrics(reg),
+		hardening:     nodereport.NewMetrics(reg),
 		xids:          health.NewXIDCounter(reg),
 		otherPlugin: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gpuguard_agent_other_device_plugin",
@@ -206,8 +206,8 @@ func (s *session) stop() {
 	}
 }
 
-func (a *Agent) locator() nodeconfig.Locator {
-	return nodeconfig.Locator{HostRoot: a.cfg.HostRoot, ToolkitConfig: a.cfg.ToolkitConfig, ContainerdConfig: a.cfg.ContainerdConfig}
+func (a *Agent) locator() nodereport.Locator {
+	return nodereport.Locator{HostRoot: a.cfg.HostRoot, ToolkitConfig: a.cfg.ToolkitConfig, ContainerdConfig: a.cfg.ContainerdConfig}
 }
 
 // start is one start of the agent: discover the GPUs, report the node's
@@ -256,14 +256,14 @@ func (a *Agent) discover() (*discovery.Inventory, error) {
 
 // reportHardening reads the toolkit's and containerd's configuration and
 // reports how hardened the node is: logs, metrics and, if asked, node labels.
-func (a *Agent) reportHardening(ctx context.Context) nodeconfig.Inputs {
+func (a *Agent) reportHardening(ctx context.Context) nodereport.Inputs {
 	loc := a.locator()
 	version := a.cfg.ToolkitVersion
 	if version == "" {
 		version = loc.ProbeToolkitVersion(ctx)
 	}
 	in := loc.Collect(version)
-	report := nodeconfig.BuildReport(in)
+	report := nodereport.BuildReport(in)
 	a.hardening.Set(report)
 	for _, c := range report.Checks {
 		a.log.Info("node hardening check", "check", c.ID, "status", c.Status, "value", c.Value, "detail", c.Detail)
@@ -302,7 +302,7 @@ func (a *Agent) shouldServe(ctx context.Context) bool {
 // the devices into resources (MIG profiles, time-sliced shares) and makes
 // sure a CDI spec names them where a CDI strategy is used. A node that rules
 // out the configuration is a ConfigError.
-func (a *Agent) prepareResources(inv *discovery.Inventory, in nodeconfig.Inputs) ([]rm.Resource, *strategy.Builder, error) {
+func (a *Agent) prepareResources(inv *discovery.Inventory, in nodereport.Inputs) ([]rm.Resource, *strategy.Builder, error) {
 	choice, err := strategy.Resolve(a.cfg.DeviceListStrategy, in.Toolkit, in.Containerd)
 	if err != nil {
 		return nil, nil, ConfigError{err}
@@ -333,7 +333,7 @@ func (a *Agent) prepareResources(inv *discovery.Inventory, in nodeconfig.Inputs)
 
 // ensureCDISpec makes sure a CDI spec names every device, the toolkit's or
 // the agent's own, and returns its kind.
-func (a *Agent) ensureCDISpec(inv *discovery.Inventory, in nodeconfig.Inputs, resources []rm.Resource) (string, error) {
+func (a *Agent) ensureCDISpec(inv *discovery.Inventory, in nodereport.Inputs, resources []rm.Resource) (string, error) {
 	var names []string
 	for _, r := range resources {
 		for _, d := range r.Devices {

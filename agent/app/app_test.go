@@ -20,8 +20,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/gpuguard/gpuguard/agent/kubelettest"
-	"github.com/gpuguard/gpuguard/agent/nodeconfig"
+	"github.com/gpuguard/gpuguard/agent/nodereport"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
+	"github.com/gpuguard/gpuguard/testsupport/kubelettest"
 )
 
 func shortDir(t *testing.T) string {
@@ -36,7 +37,7 @@ func shortDir(t *testing.T) string {
 
 func testConfig(t *testing.T, dir, scenario string) Config {
 	t.Helper()
-	root, err := filepath.Abs("../nodeconfig/testdata/" + scenario)
+	root, err := filepath.Abs("../nodereport/testdata/" + scenario)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +202,7 @@ func TestAgentRegistersWhenKubeletComesLater(t *testing.T) {
 	cfg.CDISpecDir = "/tmp-own-cdi" // unused: the test writes no toolkit spec, so auto writes the own spec here
 	cfg.CDIDevRoot = "/run/fake-gpus"
 	cfg.HostRoot = shortDir(t)
-	copyTree(t, "../nodeconfig/testdata/operator-cdi", cfg.HostRoot)
+	copyTree(t, "../nodereport/testdata/operator-cdi", cfg.HostRoot)
 	run(t, cfg)
 	k, err := kubelettest.Start(dir)
 	if err != nil {
@@ -509,9 +510,9 @@ func TestAgentPublishesNodeLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		"keep":                   "me",
-		nodeconfig.LabelHardened: "false",
-		nodeconfig.LabelPrefix + "check." + nodeconfig.CheckEnvvarUnprivileged: "fail",
+		"keep":                  "me",
+		wellknown.HardenedLabel: "false",
+		wellknown.CheckLabelPrefix + nodereport.CheckEnvvarUnprivileged: "fail",
 	}
 	for k, v := range want {
 		if node.Labels[k] != v {

@@ -9,7 +9,7 @@ import (
 	"github.com/gpuguard/gpuguard/agent/health"
 	"github.com/gpuguard/gpuguard/agent/rm"
 	"github.com/gpuguard/gpuguard/agent/strategy"
-	"github.com/gpuguard/gpuguard/agent/verify"
+	"github.com/gpuguard/gpuguard/agent/verifier"
 )
 
 // Device plugin modes.
@@ -77,9 +77,9 @@ func DefaultConfig() Config {
 		HealthChecks:        true,
 		MetricsAddr:         ":9465",
 		RetryInterval:       "30s",
-		Verify:              verify.ModeReport,
+		Verify:              verifier.ModeReport,
 		VerifyInterval:      "10s",
-		PodResourcesSocket:  verify.DefaultPodResourcesSocket,
+		PodResourcesSocket:  verifier.DefaultPodResourcesSocket,
 		ProcRoot:            "/proc",
 		// containerd before 2.0 (containerd#7318, fixed by #9661) and CRI-O
 		// (cri-o#6466) hand each container event to one subscriber only:

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 // labelPublisher writes the hardening report onto the agent's Node.
@@ -46,7 +48,7 @@ func (p *labelPublisher) publish(ctx context.Context, labels map[string]string) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	_, err = p.client.CoreV1().Nodes().Patch(ctx, p.nodeName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "gpuguard-agent"})
+	_, err = p.client.CoreV1().Nodes().Patch(ctx, p.nodeName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: wellknown.AgentFieldManager})
 	if err != nil {
 		return fmt.Errorf("labelling node %s: %w", p.nodeName, err)
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/gpuguard/gpuguard/agent/health"
 	"github.com/gpuguard/gpuguard/agent/rm"
 	"github.com/gpuguard/gpuguard/agent/strategy"
-	"github.com/gpuguard/gpuguard/agent/verify"
+	"github.com/gpuguard/gpuguard/agent/verifier"
 )
 
 // settings are the flags that need parsing, parsed once when the agent is
@@ -49,7 +49,7 @@ func (c Config) parse() (settings, error) {
 		return s, fmt.Errorf("--retry-interval: %w", err)
 	}
 	switch c.Verify {
-	case verify.ModeOff, verify.ModeReport, verify.ModeEnforce:
+	case verifier.ModeOff, verifier.ModeReport, verifier.ModeEnforce:
 	default:
 		return s, fmt.Errorf("--verify=%s: want off, report or enforce", c.Verify)
 	}

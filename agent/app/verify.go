@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gpuguard/gpuguard/agent/discovery"
-	"github.com/gpuguard/gpuguard/agent/verify"
+	"github.com/gpuguard/gpuguard/agent/verifier"
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/internal/kubeconfig"
 )
@@ -44,32 +44,32 @@ func readPolicy(path string) (*config.Policy, error) {
 // runtime and the kubelet may come up after the agent: it dials them on
 // each pass until they answer.
 func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.Inventory) {
-	if a.cfg.Verify == verify.ModeOff {
+	if a.cfg.Verify == verifier.ModeOff {
 		return
 	}
 	interval := a.set.verifyInterval
-	rep := &verify.Reporter{Mode: a.cfg.Verify, Log: a.log.WithName("verify"), Metrics: a.verifyMetrics}
+	rep := &verifier.Reporter{Mode: a.cfg.Verify, Log: a.log.WithName("verify"), Metrics: a.verifyMetrics}
 	if a.kube != nil {
-		rep.Actions = verify.Kube{Client: a.kube, Node: a.cfg.NodeName}
+		rep.Actions = verifier.Kube{Client: a.kube, Node: a.cfg.NodeName}
 	}
 	if a.reports != nil {
-		rep.Node = &verify.NodeReport{Client: a.reports, Node: a.cfg.NodeName, Nodes: a.kube}
+		rep.Node = &verifier.NodeReport{Client: a.reports, Node: a.cfg.NodeName, Nodes: a.kube}
 	}
-	table := verify.NewDeviceTable(inv)
+	table := verifier.NewDeviceTable(inv)
 	if err := table.AddMIGCaps(a.cfg.ProcRoot, inv); err != nil {
 		a.log.Error(err, "cannot map MIG capability nodes; MIG devices are judged by their parent GPU's node")
 	}
-	v := &verify.Verifier{
-		Table: table, Resolver: verify.NewGPUResolver(inv),
+	v := &verifier.Verifier{
+		Table: table, Resolver: verifier.NewGPUResolver(inv),
 		ProcRoot: a.cfg.ProcRoot,
 		// NVML's process view: what each GPU has running, mapped to containers
 		// by cgroup.
-		Processes: verify.NVMLProcesses{Lib: a.backend.Lib, GPUs: inv.GPUs},
-		Self:      verify.ContainerKey{Namespace: os.Getenv("POD_NAMESPACE"), Pod: os.Getenv("POD_NAME")},
+		Processes: verifier.NVMLProcesses{Lib: a.backend.Lib, GPUs: inv.GPUs},
+		Self:      verifier.ContainerKey{Namespace: os.Getenv("POD_NAMESPACE"), Pod: os.Getenv("POD_NAME")},
 	}
 	// The policy's exemptions, read again every pass; service accounts of
 	// pods with findings are read from the API server and kept.
-	ex := &verify.Exemptions{Client: a.kube}
+	ex := &verifier.Exemptions{Client: a.kube}
 	v.Exempt, v.Fraction = ex.Of, ex.KAIFraction
 	s.wg.Add(1)
 	go func() {
@@ -85,7 +85,7 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 				p, perr := v.Check(ctx)
 				rep.Report(ctx, p, perr)
 			} else {
-				rep.Report(ctx, verify.Pass{}, err)
+				rep.Report(ctx, verifier.Pass{}, err)
 			}
 			select {
 			case <-ctx.Done():
@@ -100,7 +100,7 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 // watchStarts passes container start events on to the verifier's loop, and
 // subscribes again after the runtime restarts; a runtime without the events
 // (Unimplemented) leaves the interval alone.
-func (a *Agent) watchStarts(ctx context.Context, cri *verify.CRI, wake chan<- struct{}) {
+func (a *Agent) watchStarts(ctx context.Context, cri *verifier.CRI, wake chan<- struct{}) {
 	for ctx.Err() == nil {
 		err := cri.WatchStarts(ctx, wake)
 		if ctx.Err() != nil {
@@ -120,12 +120,12 @@ func (a *Agent) watchStarts(ctx context.Context, cri *verify.CRI, wake chan<- st
 
 // connectVerifier dials what the verifier reads, if not yet connected, and
 // reloads the policy's GPU resources and exemptions.
-func (a *Agent) connectVerifier(ctx context.Context, v *verify.Verifier, ex *verify.Exemptions, wake chan<- struct{}) error {
+func (a *Agent) connectVerifier(ctx context.Context, v *verifier.Verifier, ex *verifier.Exemptions, wake chan<- struct{}) error {
 	pol := a.verifierPolicy()
 	v.IsGPUResource = pol.Spec.IsGPUResource
 	ex.Set(pol, a.cfg.VerifyExemptNamespaces)
 	if v.Allocations == nil {
-		pr, err := verify.DialPodResources(a.cfg.PodResourcesSocket)
+		pr, err := verifier.DialPodResources(a.cfg.PodResourcesSocket)
 		if err != nil {
 			return err
 		}
@@ -134,13 +134,13 @@ func (a *Agent) connectVerifier(ctx context.Context, v *verify.Verifier, ex *ver
 	if v.Containers == nil {
 		endpoint := a.cfg.CRIEndpoint
 		if endpoint == "" {
-			found, err := verify.FindCRISocket(a.cfg.HostRoot)
+			found, err := verifier.FindCRISocket(a.cfg.HostRoot)
 			if err != nil {
 				return err
 			}
 			endpoint = found
 		}
-		cri, err := verify.DialCRI(ctx, endpoint)
+		cri, err := verifier.DialCRI(ctx, endpoint)
 		if err != nil {
 			return err
 		}
@@ -160,7 +160,7 @@ func apiClients(cfg Config) (kubernetes.Interface, dynamic.Interface, error) {
 	switch {
 	case err != nil:
 		return nil, nil, err
-	case rc == nil && cfg.Verify == verify.ModeEnforce:
+	case rc == nil && cfg.Verify == verifier.ModeEnforce:
 		return nil, nil, fmt.Errorf("--verify=enforce evicts through the API server: run in a cluster or pass --kubeconfig")
 	case rc == nil && cfg.Reports:
 		return nil, nil, fmt.Errorf("--reports writes a ClusterReport through the API server: run in a cluster or pass --kubeconfig")

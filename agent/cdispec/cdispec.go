@@ -14,6 +14,7 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpuguard/gpuguard/agent/discovery"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 // Modes of --cdi-spec.
@@ -26,9 +27,6 @@ const (
 	// ModeOwn always writes the agent's own spec.
 	ModeOwn = "own"
 
-	// OwnKind is the kind of the spec the agent writes; distinct from the
-	// toolkit's nvidia.com/gpu so the two never clash.
-	OwnKind = "gpuguard.io/gpu"
 	// VoidEnv neutralises NVIDIA_VISIBLE_DEVICES for the NVIDIA runtime.
 	VoidEnv = "NVIDIA_VISIBLE_DEVICES=void"
 )
@@ -125,7 +123,7 @@ func OwnSpec(inv *discovery.Inventory, devRoot string) *specs.Spec {
 		return n
 	}
 	s := &specs.Spec{
-		Kind: OwnKind,
+		Kind: wellknown.CDIKind,
 		ContainerEdits: specs.ContainerEdits{
 			Env:         []string{VoidEnv},
 			DeviceNodes: []*specs.DeviceNode{node("/dev/nvidiactl"), node("/dev/nvidia-uvm"), node("/dev/nvidia-uvm-tools")},
@@ -158,12 +156,12 @@ func writeOwn(cfg Config, inv *discovery.Inventory) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	vendor, class, _ := strings.Cut(OwnKind, "/")
+	vendor, class, _ := strings.Cut(wellknown.CDIKind, "/")
 	name := cdi.GenerateSpecName(vendor, class) + ".yaml"
 	if err := cache.WriteSpec(OwnSpec(inv, cfg.DevRoot), name); err != nil {
 		return Result{}, fmt.Errorf("writing CDI spec into %s: %w", cfg.WriteDir, err)
 	}
-	return Result{Kind: OwnKind, Source: "own", Path: filepath.Join(cfg.WriteDir, name)}, nil
+	return Result{Kind: wellknown.CDIKind, Source: "own", Path: filepath.Join(cfg.WriteDir, name)}, nil
 }
 
 // Names returns the CDI device names a spec defines for kind (for tests

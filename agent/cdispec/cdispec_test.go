@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/agent/discovery"
 	"github.com/gpuguard/gpuguard/agent/discovery/discoverytest"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 func inventory(t *testing.T, spec string) *discovery.Inventory {
@@ -74,10 +75,10 @@ func TestAutoWritesOwnSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Source != "own" || r.Kind != OwnKind || len(r.Missing) != 1 {
+	if r.Source != "own" || r.Kind != wellknown.CDIKind || len(r.Missing) != 1 {
 		t.Fatalf("%+v", r)
 	}
-	names, err := Names([]string{out}, OwnKind)
+	names, err := Names([]string{out}, wellknown.CDIKind)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestAutoWritesOwnSpec(t *testing.T) {
 	if len(names) != 2*(6+8) {
 		t.Fatalf("%d names: %v", len(names), names)
 	}
-	want := []string{OwnKind + "=" + inv.GPUs[3].UUID, OwnKind + "=3", OwnKind + "=0:4", OwnKind + "=" + inv.GPUs[1].MIG[2].UUID}
+	want := []string{wellknown.CDIKind + "=" + inv.GPUs[3].UUID, wellknown.CDIKind + "=3", wellknown.CDIKind + "=0:4", wellknown.CDIKind + "=" + inv.GPUs[1].MIG[2].UUID}
 	for _, w := range want {
 		found := false
 		for _, n := range names {

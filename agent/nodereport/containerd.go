@@ -1,4 +1,4 @@
-package nodeconfig
+package nodereport
 
 import (
 	"fmt"

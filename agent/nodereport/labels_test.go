@@ -1,9 +1,11 @@
-package nodeconfig
+package nodereport
 
 import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 func TestReportLabels(t *testing.T) {
@@ -19,10 +21,10 @@ func TestReportLabels(t *testing.T) {
 	for _, tc := range cases {
 		r := collect(t, tc.scenario, tc.version)
 		labels := r.Labels()
-		if labels[LabelHardened] != tc.hardened {
-			t.Errorf("%s: %s=%q, want %q", tc.scenario, LabelHardened, labels[LabelHardened], tc.hardened)
+		if labels[wellknown.HardenedLabel] != tc.hardened {
+			t.Errorf("%s: %s=%q, want %q", tc.scenario, wellknown.HardenedLabel, labels[wellknown.HardenedLabel], tc.hardened)
 		}
-		if got := labels[LabelPrefix+"check."+tc.check]; got != string(tc.want) {
+		if got := labels[wellknown.CheckLabelPrefix+tc.check]; got != string(tc.want) {
 			t.Errorf("%s: check %s label %q, want %q", tc.scenario, tc.check, got, tc.want)
 		}
 		if len(labels) != len(r.Checks)+1 {

@@ -1,6 +1,6 @@
-// Package nodeconfig reads how the node's NVIDIA Container Toolkit and
+// Package nodereport reads how the node's NVIDIA Container Toolkit and
 // containerd are configured, and turns that into a hardening report.
-package nodeconfig
+package nodereport
 
 import (
 	"bufio"

@@ -17,9 +17,9 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpuguard/gpuguard/agent/discovery/discoverytest"
-	"github.com/gpuguard/gpuguard/agent/kubelettest"
 	"github.com/gpuguard/gpuguard/agent/rm"
 	"github.com/gpuguard/gpuguard/agent/strategy"
+	"github.com/gpuguard/gpuguard/testsupport/kubelettest"
 )
 
 // shortDir is a socket directory short enough for unix socket paths.

@@ -8,6 +8,8 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 // Paths and names the toolkit understands.
@@ -17,7 +19,6 @@ const (
 	VolumeMountRoot = "/var/run/nvidia-container-devices"
 	// DefaultAnnotationPrefix is the prefix of CDI device annotations.
 	DefaultAnnotationPrefix = cdi.AnnotationPrefix
-	annotationPlugin        = "gpuguard-agent"
 )
 
 // IDStrategy says how devices are named to the runtime.
@@ -100,7 +101,7 @@ func (b *Builder) Build(devs []DeviceRef) (*pluginapi.ContainerAllocateResponse,
 			names[i] = b.CDIKind + "=" + id
 		}
 		if b.Strategies.Has(CDIAnnotations) {
-			key, err := cdi.AnnotationKey(annotationPlugin, b.allocationID())
+			key, err := cdi.AnnotationKey(wellknown.Agent, b.allocationID())
 			if err != nil {
 				return nil, err
 			}

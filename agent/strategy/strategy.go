@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpuguard/gpuguard/agent/nodeconfig"
+	"github.com/gpuguard/gpuguard/agent/nodereport"
 )
 
 // Strategy is one device-list strategy.
@@ -92,7 +92,7 @@ type Choice struct {
 // be nil when not found. A strategy the node would ignore, whether given
 // explicitly or the only one auto could pick, is an error that names the
 // setting to change: GPU pods would otherwise start without their GPUs.
-func Resolve(flag string, tk *nodeconfig.ToolkitConfig, ctrd *nodeconfig.ContainerdConfig) (Choice, error) {
+func Resolve(flag string, tk *nodereport.ToolkitConfig, ctrd *nodereport.ContainerdConfig) (Choice, error) {
 	l, err := Parse(flag)
 	if err != nil {
 		return Choice{}, err
@@ -121,12 +121,12 @@ func Resolve(flag string, tk *nodeconfig.ToolkitConfig, ctrd *nodeconfig.Contain
 
 // refuseIgnored returns an error when the runtime would ignore every
 // channel in l.
-func refuseIgnored(l List, tk *nodeconfig.ToolkitConfig, ctrd *nodeconfig.ContainerdConfig) error {
+func refuseIgnored(l List, tk *nodereport.ToolkitConfig, ctrd *nodereport.ContainerdConfig) error {
 	if l.Has(VolumeMounts) && !tk.AcceptVolumeMounts {
-		return fmt.Errorf("device-list strategy volume-mounts: the toolkit ignores volume-mount device lists, so GPU pods would get no GPU: set %s = true in %s, or choose another strategy", nodeconfig.KeyAcceptVolumeMounts, tk.Path)
+		return fmt.Errorf("device-list strategy volume-mounts: the toolkit ignores volume-mount device lists, so GPU pods would get no GPU: set %s = true in %s, or choose another strategy", nodereport.KeyAcceptVolumeMounts, tk.Path)
 	}
 	if l.Has(EnvVar) && !l.UsesCDI() && !tk.AcceptEnvvarUnprivileged {
-		return fmt.Errorf("device-list strategy envvar: the toolkit ignores NVIDIA_VISIBLE_DEVICES from unprivileged containers (%s = false in %s), so GPU pods would get no GPU: use volume-mounts (set %s = true) or CDI", nodeconfig.KeyAcceptEnvvarUnprivileged, tk.Path, nodeconfig.KeyAcceptVolumeMounts)
+		return fmt.Errorf("device-list strategy envvar: the toolkit ignores NVIDIA_VISIBLE_DEVICES from unprivileged containers (%s = false in %s), so GPU pods would get no GPU: use volume-mounts (set %s = true) or CDI", nodereport.KeyAcceptEnvvarUnprivileged, tk.Path, nodereport.KeyAcceptVolumeMounts)
 	}
 	if !l.UsesCDI() || !containerdCDIOff(ctrd) {
 		return nil
@@ -142,19 +142,19 @@ func refuseIgnored(l List, tk *nodeconfig.ToolkitConfig, ctrd *nodeconfig.Contai
 
 // hardeningWarning says how far a node serving l through tk is from
 // hardened; "" when it is.
-func hardeningWarning(l List, tk *nodeconfig.ToolkitConfig) string {
+func hardeningWarning(l List, tk *nodereport.ToolkitConfig) string {
 	switch {
 	case l.Has(EnvVar) && !l.UsesCDI():
-		return "NODE NOT HARDENED: GPUs are handed out through NVIDIA_VISIBLE_DEVICES, which pods can forge: set " + nodeconfig.KeyAcceptVolumeMounts + " = true and " + nodeconfig.KeyAcceptEnvvarUnprivileged + " = false in " + tk.Path
+		return "NODE NOT HARDENED: GPUs are handed out through NVIDIA_VISIBLE_DEVICES, which pods can forge: set " + nodereport.KeyAcceptVolumeMounts + " = true and " + nodereport.KeyAcceptEnvvarUnprivileged + " = false in " + tk.Path
 	case tk.AcceptEnvvarUnprivileged:
-		return "node not fully hardened: the toolkit still accepts NVIDIA_VISIBLE_DEVICES from unprivileged containers: set " + nodeconfig.KeyAcceptEnvvarUnprivileged + " = false in " + tk.Path
+		return "node not fully hardened: the toolkit still accepts NVIDIA_VISIBLE_DEVICES from unprivileged containers: set " + nodereport.KeyAcceptEnvvarUnprivileged + " = false in " + tk.Path
 	}
 	return ""
 }
 
 // auto picks the strategy the node's runtime honours, preferring the
 // channels pods cannot forge.
-func auto(tk *nodeconfig.ToolkitConfig, ctrd *nodeconfig.ContainerdConfig) (Choice, error) {
+func auto(tk *nodereport.ToolkitConfig, ctrd *nodereport.ContainerdConfig) (Choice, error) {
 	cdi := List{CDIAnnotations, CDICRI}
 	if containerdCDIOff(ctrd) {
 		cdi = List{CDIAnnotations}
@@ -174,15 +174,15 @@ func auto(tk *nodeconfig.ToolkitConfig, ctrd *nodeconfig.ContainerdConfig) (Choi
 		// injects CDI devices itself.
 		return Choice{List: cdi, Reason: "auto: the toolkit rejects the env var and volume mounts, and containerd applies CDI devices (" + strings.Join(ctrd.Paths, ", ") + ")"}, nil
 	}
-	return Choice{}, fmt.Errorf("device-list strategy auto: the node honours no device list: the toolkit rejects NVIDIA_VISIBLE_DEVICES from unprivileged containers and volume mounts, its runtime is not in CDI mode (%s), and containerd is not known to apply CDI devices: set %s = true, or mode = \"cdi\", or enable_cdi = true in containerd", tk.Path, nodeconfig.KeyAcceptVolumeMounts)
+	return Choice{}, fmt.Errorf("device-list strategy auto: the node honours no device list: the toolkit rejects NVIDIA_VISIBLE_DEVICES from unprivileged containers and volume mounts, its runtime is not in CDI mode (%s), and containerd is not known to apply CDI devices: set %s = true, or mode = \"cdi\", or enable_cdi = true in containerd", tk.Path, nodereport.KeyAcceptVolumeMounts)
 }
 
 // containerdCDIOff is true when containerd's config turns CDI off.
-func containerdCDIOff(ctrd *nodeconfig.ContainerdConfig) bool {
+func containerdCDIOff(ctrd *nodereport.ContainerdConfig) bool {
 	return ctrd != nil && ctrd.CDIEnabled != nil && !*ctrd.CDIEnabled
 }
 
-func runtimePassesCDIAnnotations(c *nodeconfig.ContainerdConfig) bool {
+func runtimePassesCDIAnnotations(c *nodereport.ContainerdConfig) bool {
 	for _, r := range c.Runtimes {
 		if !r.IsNVIDIA() {
 			continue

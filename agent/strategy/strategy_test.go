@@ -4,12 +4,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuguard/gpuguard/agent/nodeconfig"
+	"github.com/gpuguard/gpuguard/agent/nodereport"
 )
 
-func toolkit(t *testing.T, scenario string) (*nodeconfig.ToolkitConfig, *nodeconfig.ContainerdConfig) {
+func toolkit(t *testing.T, scenario string) (*nodereport.ToolkitConfig, *nodereport.ContainerdConfig) {
 	t.Helper()
-	l := nodeconfig.Locator{HostRoot: "../nodeconfig/testdata/" + scenario, Getenv: func(string) string { return "" }}
+	l := nodereport.Locator{HostRoot: "../nodereport/testdata/" + scenario, Getenv: func(string) string { return "" }}
 	tk, err := l.LoadToolkitConfig()
 	if err != nil || tk == nil {
 		t.Fatalf("toolkit config of %s: %v", scenario, err)
@@ -79,7 +79,7 @@ func TestAutoChoices(t *testing.T) {
 // rather than pick a channel GPU pods would get nothing through.
 func TestAutoWhenTheToolkitHonoursNoChannel(t *testing.T) {
 	tk, ctrd := toolkit(t, "inconsistent")
-	if _, err := Resolve("auto", tk, ctrd); err == nil || !strings.Contains(err.Error(), nodeconfig.KeyAcceptVolumeMounts+" = true") {
+	if _, err := Resolve("auto", tk, ctrd); err == nil || !strings.Contains(err.Error(), nodereport.KeyAcceptVolumeMounts+" = true") {
 		t.Fatalf("enable_cdi = false: got %v, want a refusal naming the setting", err)
 	}
 	on := true
@@ -116,9 +116,9 @@ func TestRefusals(t *testing.T) {
 	cases := []struct {
 		scenario, flag, mention string
 	}{
-		{"default", "volume-mounts", nodeconfig.KeyAcceptVolumeMounts + " = true"},
-		{"inconsistent", "volume-mounts", nodeconfig.KeyAcceptVolumeMounts},
-		{"hardened", "envvar", nodeconfig.KeyAcceptEnvvarUnprivileged},
+		{"default", "volume-mounts", nodereport.KeyAcceptVolumeMounts + " = true"},
+		{"inconsistent", "volume-mounts", nodereport.KeyAcceptVolumeMounts},
+		{"hardened", "envvar", nodereport.KeyAcceptEnvvarUnprivileged},
 		{"inconsistent", "cdi-cri", "enable_cdi = true"},
 		{"inconsistent", "cdi-annotations", "enable_cdi = true"},
 	}

@@ -1,4 +1,4 @@
-package verify
+package verifier
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 // RuleUnallocatedGPUAccess names the verifier's finding in reports.
@@ -79,12 +81,11 @@ func (n *NodeReport) Write(ctx context.Context, p Pass, now time.Time) error {
 
 func (n *NodeReport) build(p Pass, now time.Time) *openreports.ClusterReport {
 	r := &openreports.ClusterReport{
-		TypeMeta: metav1.TypeMeta{APIVersion: openreports.SchemeGroupVersion.String(), Kind: "ClusterReport"},
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name(), Labels: map[string]string{
-			"app.kubernetes.io/managed-by": "gpuguard", "app.kubernetes.io/component": "agent"}},
-		Source:  "gpuguard-agent",
-		Scope:   &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: n.Node},
-		Results: []openreports.ReportResult{},
+		TypeMeta:   metav1.TypeMeta{APIVersion: openreports.SchemeGroupVersion.String(), Kind: "ClusterReport"},
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name(), Labels: wellknown.OwnedLabels(wellknown.ComponentAgent)},
+		Source:     wellknown.AgentReportSource,
+		Scope:      &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: n.Node},
+		Results:    []openreports.ReportResult{},
 	}
 	reached := map[string]bool{}
 	for _, f := range p.Findings {
@@ -94,7 +95,7 @@ func (n *NodeReport) build(p Pass, now time.Time) *openreports.ClusterReport {
 		reached[f.Container.ID] = true
 		c := f.Container
 		r.Results = append(r.Results, openreports.ReportResult{
-			Source: "gpuguard-agent", Policy: "gpuguard", Rule: RuleUnallocatedGPUAccess, Category: "GPU isolation",
+			Source: wellknown.AgentReportSource, Policy: wellknown.ReportPolicy, Rule: RuleUnallocatedGPUAccess, Category: "GPU isolation",
 			Severity: "critical", Result: "fail", Scored: true, Timestamp: metav1.Timestamp{Seconds: now.Unix()},
 			Subjects: []corev1.ObjectReference{{APIVersion: "v1", Kind: "Pod", Namespace: c.Key.Namespace, Name: c.Key.Pod,
 				UID: types.UID(c.PodUID), FieldPath: fmt.Sprintf("spec.containers{%s}", c.Key.Container)}},

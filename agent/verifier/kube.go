@@ -1,4 +1,4 @@
-package verify
+package verifier
 
 import (
 	"context"
@@ -11,10 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-)
 
-// EventReason is the reason of the verifier's Events.
-const EventReason = "UnallocatedGPUAccess"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
+)
 
 // Kube records Events and evicts pods through the API server.
 type Kube struct {
@@ -32,10 +31,10 @@ func (k Kube) Event(ctx context.Context, findings []Finding) error {
 		ObjectMeta: metav1.ObjectMeta{GenerateName: c.Key.Pod + ".", Namespace: c.Key.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: c.Key.Namespace, Name: c.Key.Pod,
 			UID: types.UID(c.PodUID), FieldPath: fmt.Sprintf("spec.containers{%s}", c.Key.Container)},
-		Reason: EventReason, Message: Message(findings), Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: "gpuguard-agent", Host: k.Node},
+		Reason: wellknown.ReasonUnallocatedGPUAccess, Message: Message(findings), Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: wellknown.Agent, Host: k.Node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-		ReportingController: "gpuguard.io/agent", ReportingInstance: k.Node,
+		ReportingController: wellknown.AgentReportingController, ReportingInstance: k.Node,
 	}
 	_, err := k.Client.CoreV1().Events(c.Key.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 	return err

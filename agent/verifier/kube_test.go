@@ -1,4 +1,4 @@
-package verify
+package verifier
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 var schemaPods = schema.GroupResource{Resource: "pods"}
@@ -30,7 +32,7 @@ func TestKubeEventNamesTheContainerAndGPU(t *testing.T) {
 		t.Fatalf("events %v, %v; want one", evs, err)
 	}
 	ev := evs.Items[0]
-	if ev.Reason != EventReason || ev.Type != "Warning" || ev.InvolvedObject.Name != "leak" || string(ev.InvolvedObject.UID) != "u1" ||
+	if ev.Reason != wellknown.ReasonUnallocatedGPUAccess || ev.Type != "Warning" || ev.InvolvedObject.Name != "leak" || string(ev.InvolvedObject.UID) != "u1" ||
 		ev.InvolvedObject.FieldPath != "spec.containers{main}" || !strings.Contains(ev.Message, "GPU-2 (/dev/nvidia2)") || !strings.Contains(ev.Message, "GPU-3") || !strings.Contains(ev.Message, "allocated it GPU-1") {
 		t.Errorf("event %+v", ev)
 	}

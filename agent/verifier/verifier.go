@@ -1,4 +1,4 @@
-// Package verify is the node's ground truth: it compares the GPUs each running
+// Package verifier is the node's ground truth: it compares the GPUs each running
 // container can open (the device nodes in its root's /dev, matched to GPUs by
 // their numbers) with the GPUs the kubelet allocated to it (the PodResources
 // API). A container that reaches a GPU it was not allocated is a finding,
@@ -9,7 +9,7 @@
 //
 // Admission enumerates channels; this package does not: it looks at what the
 // runtime actually gave the container.
-package verify
+package verifier
 
 import (
 	"context"

@@ -13,9 +13,9 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 
 	"github.com/gpuguard/gpuguard/cel"
+	"github.com/gpuguard/gpuguard/cel/celcost"
 	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/internal/celcost"
-	"github.com/gpuguard/gpuguard/internal/fixtures"
+	"github.com/gpuguard/gpuguard/testsupport/fixtures"
 )
 
 // TestFixturesFarWithinBudget measures every fixture's request: each part

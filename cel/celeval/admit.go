@@ -17,7 +17,7 @@ import (
 	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 
-	"github.com/gpuguard/gpuguard/internal/celcost"
+	"github.com/gpuguard/gpuguard/cel/celcost"
 )
 
 // Request is one admission request as the API server sees it.

@@ -25,7 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuguard/gpuguard/cel"
-	"github.com/gpuguard/gpuguard/internal/celcost"
+	"github.com/gpuguard/gpuguard/cel/celcost"
 )
 
 // Evaluator holds one rendering of the backstop, compiled. It is not safe

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/gpuguard/gpuguard/internal/celcost"
+	"github.com/gpuguard/gpuguard/cel/celcost"
 )
 
 // Condition is one match condition, compiled as the API server compiles a

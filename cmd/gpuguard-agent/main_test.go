@@ -15,7 +15,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/gpuguard/gpuguard/agent/kubelettest"
+	"github.com/gpuguard/gpuguard/testsupport/kubelettest"
 )
 
 // TestBinaryServesMockNode builds the binary and runs it the way the demo

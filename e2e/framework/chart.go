@@ -7,7 +7,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/gpuguard/gpuguard/internal/chartrender"
+	"github.com/gpuguard/gpuguard/tools/chartrender"
 )
 
 // ReleaseName is the Helm release name the suites render the chart with.

@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/gpuguard/gpuguard/internal/testcerts"
+	"github.com/gpuguard/gpuguard/testsupport/testcerts"
 )
 
 // ClusterBinaries are the programs of a whole cluster, built by

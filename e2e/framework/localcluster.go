@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"helm.sh/helm/v3/pkg/registry"
 
-	"github.com/gpuguard/gpuguard/internal/release"
+	"github.com/gpuguard/gpuguard/tools/release"
 )
 
 // LocalCluster is a whole single-node cluster on this machine, built from

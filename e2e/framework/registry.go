@@ -14,7 +14,7 @@ import (
 
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 
-	"github.com/gpuguard/gpuguard/internal/testcerts"
+	"github.com/gpuguard/gpuguard/testsupport/testcerts"
 )
 
 // Registry is an OCI registry on this machine's loopback, as a team's own

@@ -11,8 +11,8 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gpuguard/gpuguard/cel"
+	"github.com/gpuguard/gpuguard/cel/celcost"
 	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/internal/celcost"
 )
 
 func newRenderCELCommand() *cobra.Command {

@@ -10,12 +10,12 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gpuguard/gpuguard/cel"
-	"github.com/gpuguard/gpuguard/internal/backgroundaudit"
-	"github.com/gpuguard/gpuguard/internal/hardening"
+	"github.com/gpuguard/gpuguard/internal/cli/memlimit"
 	"github.com/gpuguard/gpuguard/internal/kubeconfig"
 	"github.com/gpuguard/gpuguard/internal/logging"
-	"github.com/gpuguard/gpuguard/internal/memlimit"
 	"github.com/gpuguard/gpuguard/webhook"
+	"github.com/gpuguard/gpuguard/webhook/backgroundaudit"
+	"github.com/gpuguard/gpuguard/webhook/hardening"
 )
 
 type webhookFlags struct {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuguard/gpuguard/internal/chartrender"
+	"github.com/gpuguard/gpuguard/tools/chartrender"
 )
 
 // ReadSource describes the tree at repoRoot: the chart's appVersion and

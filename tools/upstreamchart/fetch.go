@@ -17,7 +17,7 @@ import (
 
 	"helm.sh/helm/v3/pkg/chart"
 
-	"github.com/gpuguard/gpuguard/internal/chartrender"
+	"github.com/gpuguard/gpuguard/tools/chartrender"
 )
 
 // Source is one upstream chart at a pinned module version.

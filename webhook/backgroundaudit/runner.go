@@ -25,9 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/gpuguard/gpuguard/internal/audit"
-	"github.com/gpuguard/gpuguard/internal/policysource"
-	"github.com/gpuguard/gpuguard/internal/reports"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/webhook/policysource"
+	"github.com/gpuguard/gpuguard/webhook/reports"
 )
 
 // Options turn on the background audit: every Interval, and whenever the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 // Sync keeps the CEL backstop (ValidatingAdmissionPolicy and
@@ -44,9 +45,6 @@ type Sync struct {
 	// apply, hence atomic.
 	guardGone atomic.Bool
 }
-
-// fieldOwner is the server-side apply field manager of the backstop objects.
-const fieldOwner = "gpuguard"
 
 // Apply renders the policy's backstop and applies it server-side.
 func (b *Sync) Apply(ctx context.Context, p *config.Policy) error {
@@ -100,7 +98,7 @@ func (b *Sync) applyOne(ctx context.Context, obj client.Object) error {
 	if err != nil {
 		return err
 	}
-	return b.Client.Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, data), client.FieldOwner(fieldOwner), client.ForceOwnership)
+	return b.Client.Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, data), client.FieldOwner(wellknown.BackstopFieldManager), client.ForceOwnership)
 }
 
 // deleteKAIGuard removes the KAI integration's ConfigMap guard, left from a

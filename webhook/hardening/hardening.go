@@ -14,11 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-)
 
-// HardenedLabel is the agent's summary of its node's hardening report:
-// "true" when no check fails (docs/agent.md, Node labels).
-const HardenedLabel = "gpuguard.io/hardened"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
+)
 
 // Nodes reads the GPU nodes' reports.
 type Nodes struct {
@@ -41,7 +39,7 @@ func ParseLabel(s string) (Label, error) {
 }
 
 // AllHardened says whether there is at least one GPU node and every GPU
-// node reports HardenedLabel=true, and why not when not: the first node
+// node reports wellknown.HardenedLabel=true, and why not when not: the first node
 // that does not, or that there is none (a cluster without GPU nodes keeps
 // injecting, so that the first node to join is covered before it reports).
 func (n *Nodes) AllHardened(ctx context.Context) (ok bool, why string, err error) {
@@ -55,8 +53,8 @@ func (n *Nodes) AllHardened(ctx context.Context) (ok bool, why string, err error
 		if !n.isGPUNode(node.Labels) {
 			continue
 		}
-		if node.Labels[HardenedLabel] != "true" {
-			return false, fmt.Sprintf("GPU node %s does not report %s=true", node.Name, HardenedLabel), nil
+		if node.Labels[wellknown.HardenedLabel] != "true" {
+			return false, fmt.Sprintf("GPU node %s does not report %s=true", node.Name, wellknown.HardenedLabel), nil
 		}
 		gpu = append(gpu, node.Name)
 	}
@@ -64,7 +62,7 @@ func (n *Nodes) AllHardened(ctx context.Context) (ok bool, why string, err error
 		return false, "no GPU node", nil
 	}
 	slices.Sort(gpu)
-	return true, fmt.Sprintf("all %d GPU nodes report %s=true", len(gpu), HardenedLabel), nil
+	return true, fmt.Sprintf("all %d GPU nodes report %s=true", len(gpu), wellknown.HardenedLabel), nil
 }
 
 func (n *Nodes) isGPUNode(labels map[string]string) bool {

@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 var gpuLabels = []Label{{"nvidia.com/gpu.present", "true"}, {"feature.node.kubernetes.io/pci-10de.present", "true"}}
@@ -18,8 +20,8 @@ func node(name string, labels map[string]string) client.Object {
 }
 
 func TestAllHardened(t *testing.T) {
-	hardenedGFD := node("gfd", map[string]string{"nvidia.com/gpu.present": "true", HardenedLabel: "true"})
-	hardenedNFD := node("nfd", map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true", HardenedLabel: "true"})
+	hardenedGFD := node("gfd", map[string]string{"nvidia.com/gpu.present": "true", wellknown.HardenedLabel: "true"})
+	hardenedNFD := node("nfd", map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true", wellknown.HardenedLabel: "true"})
 	cpu := node("cpu", map[string]string{"kubernetes.io/os": "linux"})
 	for _, tc := range []struct {
 		name  string
@@ -31,7 +33,7 @@ func TestAllHardened(t *testing.T) {
 		{"CPU nodes only", []client.Object{cpu}, false, "no GPU node"},
 		{"every GPU node hardened, by either label", []client.Object{hardenedGFD, hardenedNFD, cpu}, true, "all 2 GPU nodes"},
 		{"one GPU node without the label", []client.Object{hardenedGFD, node("new", map[string]string{"nvidia.com/gpu.present": "true"})}, false, "GPU node new does not report"},
-		{"one GPU node reporting false", []client.Object{hardenedNFD, node("soft", map[string]string{"nvidia.com/gpu.present": "true", HardenedLabel: "false"})}, false, "GPU node soft"},
+		{"one GPU node reporting false", []client.Object{hardenedNFD, node("soft", map[string]string{"nvidia.com/gpu.present": "true", wellknown.HardenedLabel: "false"})}, false, "GPU node soft"},
 		{"a GPU label with another value is no GPU node", []client.Object{hardenedGFD, node("off", map[string]string{"nvidia.com/gpu.present": "false"})}, true, "all 1 GPU nodes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

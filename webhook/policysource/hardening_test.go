@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 // fakeHardening answers AllHardened as told.
@@ -39,7 +40,7 @@ func TestHardenedProfileFollowsTheNodes(t *testing.T) {
 	}
 	writePolicyConfigMap(t, c, string(config.DefaultYAML()))
 	r.reconcileOnce(t)
-	expectEvent(t, rec, ReasonPolicyLoaded)
+	expectEvent(t, rec, wellknown.ReasonPolicyLoaded)
 	injecting := r.Source.Hash()
 	if !r.Source.Engine().Policy().Spec.InjectVoid || testutil.ToFloat64(r.InjectionOff) != 0 {
 		t.Fatal("with no GPU node hardened, the policy's injection must be in force")
@@ -54,7 +55,7 @@ func TestHardenedProfileFollowsTheNodes(t *testing.T) {
 		if got := r.Source.Engine().Policy().Spec.InjectVoid; got != wantInjection {
 			t.Fatalf("injectVoid in force %v, want %v", got, wantInjection)
 		}
-		expectEvent(t, rec, ReasonInjectionProfile)
+		expectEvent(t, rec, wellknown.ReasonInjectionProfile)
 	}
 	step(true, nil, false)
 	if r.Source.Hash() == injecting || testutil.ToFloat64(r.InjectionOff) != 1 {

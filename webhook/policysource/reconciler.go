@@ -20,18 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/gpuguard/gpuguard/config"
-)
-
-// Event reasons recorded on the policy ConfigMap.
-const (
-	ReasonPolicyLoaded   = "PolicyLoaded"
-	ReasonPolicyInvalid  = "PolicyInvalid"
-	ReasonPolicyMissing  = "PolicyMissing"
-	ReasonPolicyFallback = "PolicyFallback"
-	ReasonBackstopFailed = "BackstopFailed"
-	// ReasonInjectionProfile: the hardened-cluster profile turned the void
-	// injection off or on.
-	ReasonInjectionProfile = "InjectionProfile"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 // Reconciler puts the policy ConfigMap in force whenever it changes. An edit
@@ -113,7 +102,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if r.Apply != nil && r.applied != r.Source.Hash() {
 		if err := r.Apply(ctx, r.Source.Engine().Policy()); err != nil {
-			r.record(r.eventTarget(), corev1.EventTypeWarning, ReasonBackstopFailed, "CEL backstop or pre-filter not updated: %s", truncate(err.Error(), 900))
+			r.record(r.eventTarget(), corev1.EventTypeWarning, wellknown.ReasonBackstopFailed, "CEL backstop or pre-filter not updated: %s", truncate(err.Error(), 900))
 			// Retried with backoff until it lands; the webhook enforces meanwhile.
 			return ctrl.Result{}, err
 		}
@@ -174,7 +163,7 @@ func (r *Reconciler) followHardening(ctx context.Context) error {
 			state = "off"
 		}
 		r.Log.Info("void injection "+state+" (hardened-cluster profile)", "why", why, "policyHash", r.Source.Hash())
-		r.record(r.eventTarget(), corev1.EventTypeNormal, ReasonInjectionProfile, "void injection %s: %s (policy %s in force)", state, why, r.Source.Hash())
+		r.record(r.eventTarget(), corev1.EventTypeNormal, wellknown.ReasonInjectionProfile, "void injection %s: %s (policy %s in force)", state, why, r.Source.Hash())
 	}
 	return errors.Join(err, serr)
 }
@@ -192,14 +181,14 @@ func (r *Reconciler) load(cm *corev1.ConfigMap) (problem string) {
 	data, ok := cm.Data[config.ConfigMapKey]
 	if !ok {
 		r.Reloads.WithLabelValues("error").Inc()
-		r.record(cm, corev1.EventTypeWarning, ReasonPolicyInvalid, "resourceVersion %s has no key %q; the last good policy (hash %q) stays in force",
+		r.record(cm, corev1.EventTypeWarning, wellknown.ReasonPolicyInvalid, "resourceVersion %s has no key %q; the last good policy (hash %q) stays in force",
 			cm.ResourceVersion, config.ConfigMapKey, r.Source.Hash())
 		return fmt.Sprintf("resourceVersion %s has no key %q", cm.ResourceVersion, config.ConfigMapKey)
 	}
 	source := fmt.Sprintf("configmap %s key %s", r.Key, config.ConfigMapKey)
 	changed, err := r.Source.Load(source, []byte(data))
 	if err != nil {
-		r.record(cm, corev1.EventTypeWarning, ReasonPolicyInvalid, "resourceVersion %s not loaded, the last good policy (hash %q) stays in force: %s",
+		r.record(cm, corev1.EventTypeWarning, wellknown.ReasonPolicyInvalid, "resourceVersion %s not loaded, the last good policy (hash %q) stays in force: %s",
 			cm.ResourceVersion, r.Source.Hash(), truncate(err.Error(), 800))
 		return fmt.Sprintf("resourceVersion %s is not a valid policy", cm.ResourceVersion)
 	}
@@ -209,7 +198,7 @@ func (r *Reconciler) load(cm *corev1.ConfigMap) (problem string) {
 		r.Log.Info("the policy ConfigMap is valid: the built-in fallback policy is no longer in force", "configMap", r.Key)
 	}
 	if changed {
-		r.record(cm, corev1.EventTypeNormal, ReasonPolicyLoaded, "policy %s in force (resourceVersion %s)", r.Source.Hash(), cm.ResourceVersion)
+		r.record(cm, corev1.EventTypeNormal, wellknown.ReasonPolicyLoaded, "policy %s in force (resourceVersion %s)", r.Source.Hash(), cm.ResourceVersion)
 	}
 	return ""
 }
@@ -229,7 +218,7 @@ func (r *Reconciler) fallBack(obj *corev1.ConfigMap, problem string) {
 	r.FallbackInForce.Set(1)
 	r.Log.Error(errors.New(problem), "the policy ConfigMap has never held a valid policy: the built-in default policy is in force until it does",
 		"configMap", r.Key, "policyHash", r.Source.Hash())
-	r.record(obj, corev1.EventTypeWarning, ReasonPolicyFallback,
+	r.record(obj, corev1.EventTypeWarning, wellknown.ReasonPolicyFallback,
 		"%s and no policy was ever loaded from it: the built-in default policy (hash %q) is in force until it holds a valid one", problem, r.Source.Hash())
 }
 
@@ -270,12 +259,12 @@ func (r *Reconciler) recordMissing(err error) *corev1.ConfigMap {
 		ObjectMeta: metav1.ObjectMeta{Namespace: r.Key.Namespace, Name: r.Key.Name},
 	}
 	if r.lastSeen == nil {
-		r.record(gone, corev1.EventTypeWarning, ReasonPolicyMissing,
+		r.record(gone, corev1.EventTypeWarning, wellknown.ReasonPolicyMissing,
 			"policy ConfigMap not found; the last good policy (hash %q) stays in force", r.Source.Hash())
 		return gone
 	}
 	gone.UID, gone.ResourceVersion = r.lastSeen.UID, r.lastSeen.ResourceVersion
-	r.record(gone, corev1.EventTypeWarning, ReasonPolicyMissing,
+	r.record(gone, corev1.EventTypeWarning, wellknown.ReasonPolicyMissing,
 		"policy ConfigMap (uid %s, resourceVersion %s) deleted; the last good policy (hash %q) stays in force",
 		gone.UID, gone.ResourceVersion, r.Source.Hash())
 	r.lastSeen = nil

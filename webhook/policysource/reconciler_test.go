@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 var policyKey = types.NamespacedName{Namespace: "gpuguard", Name: "gpuguard-policy"}
@@ -72,8 +73,8 @@ func expectEvent(t *testing.T, rec *events.FakeRecorder, reason string) {
 func TestFallbackUntilTheConfigMapIsValid(t *testing.T) {
 	r, c, rec := newReconciler(true)
 	r.reconcileOnce(t) // no ConfigMap at all
-	expectEvent(t, rec, ReasonPolicyMissing)
-	expectEvent(t, rec, ReasonPolicyFallback)
+	expectEvent(t, rec, wellknown.ReasonPolicyMissing)
+	expectEvent(t, rec, wellknown.ReasonPolicyFallback)
 	if r.Source.Engine() == nil || r.Source.Ready(nil) != nil || testutil.ToFloat64(r.FallbackInForce) != 1 {
 		t.Fatal("the built-in policy must be in force, ready and counted")
 	}
@@ -81,21 +82,21 @@ func TestFallbackUntilTheConfigMapIsValid(t *testing.T) {
 
 	writePolicyConfigMap(t, c, "apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\nspec:\n  injectVoidd: false\n")
 	r.reconcileOnce(t)
-	expectEvent(t, rec, ReasonPolicyInvalid)
+	expectEvent(t, rec, wellknown.ReasonPolicyInvalid)
 	if r.Source.Hash() != builtin || testutil.ToFloat64(r.FallbackInForce) != 1 {
 		t.Error("an invalid ConfigMap must leave the fallback in force")
 	}
 
 	writePolicyConfigMap(t, c, "apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\nspec:\n  mode: warn\n")
 	r.reconcileOnce(t)
-	expectEvent(t, rec, ReasonPolicyLoaded)
+	expectEvent(t, rec, wellknown.ReasonPolicyLoaded)
 	if r.Source.Engine().Policy().Spec.Mode != config.ModeWarn || testutil.ToFloat64(r.FallbackInForce) != 0 {
 		t.Fatal("the first valid ConfigMap must replace the fallback")
 	}
 
 	writePolicyConfigMap(t, c, "apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\nspec:\n  mode: loud\n")
 	r.reconcileOnce(t)
-	expectEvent(t, rec, ReasonPolicyInvalid)
+	expectEvent(t, rec, wellknown.ReasonPolicyInvalid)
 	if r.Source.Engine().Policy().Spec.Mode != config.ModeWarn || testutil.ToFloat64(r.FallbackInForce) != 0 {
 		t.Error("after a valid policy, a bad edit must keep it, not fall back")
 	}
@@ -107,7 +108,7 @@ func TestNoFallbackStaysUnready(t *testing.T) {
 	r, c, rec := newReconciler(false)
 	writePolicyConfigMap(t, c, "apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\nspec:\n  mode: loud\n")
 	r.reconcileOnce(t)
-	expectEvent(t, rec, ReasonPolicyInvalid)
+	expectEvent(t, rec, wellknown.ReasonPolicyInvalid)
 	if r.Source.Engine() != nil || r.Source.Ready(nil) == nil {
 		t.Error("no policy must be in force")
 	}

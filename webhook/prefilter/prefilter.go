@@ -18,13 +18,8 @@ import (
 
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
-
-// FieldOwner is the server-side apply field manager of the match condition.
-// It owns that one entry of each filtered webhook's matchConditions: Helm,
-// which writes the rest of the configurations with strategic merge patches
-// keyed by name, leaves it alone on upgrades.
-const FieldOwner = "gpuguard-prefilter"
 
 // Sync applies the pre-filter rendered from a policy to the named webhooks.
 type Sync struct {
@@ -132,5 +127,5 @@ func (s *Sync) patch(ctx context.Context, kind, name string, webhooks []string, 
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(admissionregistrationv1.SchemeGroupVersion.WithKind(kind))
 	obj.SetName(name)
-	return s.Client.Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(FieldOwner), client.ForceOwnership)
+	return s.Client.Patch(ctx, obj, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(wellknown.PrefilterFieldManager), client.ForceOwnership)
 }

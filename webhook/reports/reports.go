@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuguard/gpuguard/internal/audit"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 	"github.com/gpuguard/gpuguard/policy"
 )
 
@@ -25,14 +26,8 @@ const Name = "gpuguard"
 // object: the summary still counts them all.
 const MaxResults = 1000
 
-// Source and PolicyName fill the results' source and policy fields.
-const (
-	Source     = "gpuguard"
-	PolicyName = "gpuguard"
-)
-
 // Labels mark the Reports gpuguard owns, so that stale ones can be found.
-var Labels = map[string]string{"app.kubernetes.io/managed-by": "gpuguard", "app.kubernetes.io/component": "audit"}
+var Labels = wellknown.OwnedLabels(wellknown.ComponentAudit)
 
 // Build makes one Report per namespace that holds a judged object: a fail
 // result per violation of a denied object, a warn result per violation of an
@@ -79,7 +74,7 @@ func newReport(ns string) *openreports.Report {
 	return &openreports.Report{
 		TypeMeta:   metav1.TypeMeta{APIVersion: openreports.SchemeGroupVersion.String(), Kind: "Report"},
 		ObjectMeta: metav1.ObjectMeta{Name: Name, Namespace: ns, Labels: Labels},
-		Source:     Source,
+		Source:     wellknown.AuditReportSource,
 		Results:    []openreports.ReportResult{},
 	}
 }
@@ -91,7 +86,7 @@ func result(j audit.Judged, v policy.Violation, verdict openreports.Result, ts m
 		props["container"] = v.Container
 	}
 	return openreports.ReportResult{
-		Source: Source, Policy: PolicyName, Rule: string(v.Rule), Category: "GPU isolation",
+		Source: wellknown.AuditReportSource, Policy: wellknown.ReportPolicy, Rule: string(v.Rule), Category: "GPU isolation",
 		Severity: "high", Result: verdict, Timestamp: ts, Scored: true,
 		Subjects: []corev1.ObjectReference{{APIVersion: j.APIVersion, Kind: j.Kind, Namespace: j.Meta.GetNamespace(),
 			Name: j.Meta.GetName(), UID: j.Meta.GetUID()}},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/internal/audit"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 	"github.com/gpuguard/gpuguard/policy"
 )
 
@@ -33,14 +34,14 @@ func TestBuild(t *testing.T) {
 		t.Fatalf("want a Report for each of the 3 namespaces, got %d", len(got))
 	}
 	a := got["team-a"]
-	if a.Name != Name || a.Namespace != "team-a" || a.Source != Source || a.Labels["app.kubernetes.io/managed-by"] != "gpuguard" {
+	if a.Name != Name || a.Namespace != "team-a" || a.Source != wellknown.AuditReportSource || a.Labels["app.kubernetes.io/managed-by"] != "gpuguard" {
 		t.Errorf("report meta %+v", a.ObjectMeta)
 	}
 	if a.Summary.Pass != 1 || a.Summary.Fail != 1 || len(a.Results) != 1 {
 		t.Fatalf("team-a summary %+v, %d results; want 1 pass, 1 fail", a.Summary, len(a.Results))
 	}
 	r := a.Results[0]
-	if r.Rule != "final-state" || r.Result != "fail" || r.Policy != PolicyName || r.Subjects[0].Name != "leak" ||
+	if r.Rule != "final-state" || r.Result != "fail" || r.Policy != wellknown.ReportPolicy || r.Subjects[0].Name != "leak" ||
 		r.Properties["container"] != "app" || r.Properties["path"] != finalState.Path || r.Timestamp.Seconds != 1700000000 {
 		t.Errorf("result %+v", r)
 	}

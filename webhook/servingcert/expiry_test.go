@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/gpuguard/gpuguard/internal/testcerts"
+	"github.com/gpuguard/gpuguard/testsupport/testcerts"
 )
 
 func TestExpiryCollectorReportsNotAfter(t *testing.T) {

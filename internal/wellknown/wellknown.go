@@ -1,0 +1,92 @@
+// Package wellknown holds the names gpuguard writes into a cluster or onto a
+// node and reads back: labels, Event reasons and sources, field managers and
+// the CDI kind of its device specs. The webhook, the agent, the CLI and the
+// chart all mean the same object by each, so each is defined here and nowhere
+// else: a rename on one side cannot silently split them (the chart is checked
+// against this package by charts/names_test.go; metric names are checked
+// against the chart's alerts and dashboard by charts/observability_test.go).
+package wellknown
+
+// Domain is gpuguard's own name space for labels and kinds.
+const Domain = "gpuguard.io"
+
+// Labels gpuguard reads.
+const (
+	// ModeLabel on a Namespace changes the policy's mode for it, where the
+	// policy's namespaceModeOverride lets it.
+	ModeLabel = Domain + "/mode"
+	// HardenedLabel is the agent's summary of its node's hardening report:
+	// "true" when no check fails. The webhook's hardened-cluster profile
+	// (inject-void=auto) reads it on every GPU node.
+	HardenedLabel = Domain + "/hardened"
+	// CheckLabelPrefix prefixes one node label per hardening check, the
+	// check's ID after it, its status as the value.
+	CheckLabelPrefix = Domain + "/check."
+)
+
+// Labels on the objects gpuguard writes, so that its own can be found (and
+// stale ones removed). The component says which part wrote it.
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedBy      = "gpuguard"
+	ComponentLabel = "app.kubernetes.io/component"
+
+	ComponentAgent       = "agent"
+	ComponentAudit       = "audit"
+	ComponentCELBackstop = "cel-backstop"
+)
+
+// OwnedLabels are the labels of an object the component writes.
+func OwnedLabels(component string) map[string]string {
+	return map[string]string{ManagedByLabel: ManagedBy, ComponentLabel: component}
+}
+
+// Names of gpuguard's programs, as Event sources, report sources and field
+// managers.
+const (
+	Agent   = "gpuguard-agent"
+	Webhook = "gpuguard"
+)
+
+// Server-side apply field managers.
+const (
+	// AgentFieldManager patches the agent's own Node's labels.
+	AgentFieldManager = Agent
+	// BackstopFieldManager applies the CEL backstop's policies and bindings.
+	BackstopFieldManager = Webhook
+	// PrefilterFieldManager applies the match condition of the webhook
+	// configurations (the pre-filter).
+	PrefilterFieldManager = "gpuguard-prefilter"
+)
+
+// AgentReportingController is the agent's Events' reporting controller.
+const AgentReportingController = Domain + "/agent"
+
+// Event reasons. Alerts and runbooks match on them: they do not change.
+const (
+	// On the policy ConfigMap (the webhook's policy source).
+	ReasonPolicyLoaded   = "PolicyLoaded"
+	ReasonPolicyInvalid  = "PolicyInvalid"
+	ReasonPolicyMissing  = "PolicyMissing"
+	ReasonPolicyFallback = "PolicyFallback"
+	ReasonBackstopFailed = "BackstopFailed"
+	// ReasonInjectionProfile: the hardened-cluster profile turned the void
+	// injection off or on.
+	ReasonInjectionProfile = "InjectionProfile"
+	// ReasonUnallocatedGPUAccess, on a pod: the agent's verifier found one
+	// of its containers able to open a GPU the kubelet did not allocate it.
+	ReasonUnallocatedGPUAccess = "UnallocatedGPUAccess"
+)
+
+// Report fields of the OpenReports results gpuguard writes.
+const (
+	// ReportPolicy is the policy every result names.
+	ReportPolicy = "gpuguard"
+	// AuditReportSource is the source of the background audit's results.
+	AuditReportSource = Webhook
+	// AgentReportSource is the source of the agent's node reports.
+	AgentReportSource = Agent
+)
+
+// CDIKind is the vendor/class of the CDI specs the agent writes.
+const CDIKind = Domain + "/gpu"
