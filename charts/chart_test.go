@@ -176,7 +176,7 @@ func render(t *testing.T, c *chart.Chart, values map[string]any) (*rendered, err
 		fmt.Fprintf(&b, "\n---\n# Hook: %s\n%s\n", h.Path, h.Manifest)
 	}
 	fmt.Fprintf(&b, "\n---\n# NOTES.txt\n%s", commentOut(rel.Notes))
-	return &rendered{Release: rel, golden: b.String()}, nil
+	return &rendered{Release: rel, golden: foldPolicies(b.String())}, nil
 }
 
 func commentOut(s string) string {
