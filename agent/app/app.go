@@ -151,7 +151,7 @@ func (a *Agent) Run(ctx context.Context, reload <-chan struct{}) error {
 			return err
 		}
 	}
-	retry := a.set.retry
+	retry := a.cfg.RetryInterval
 	for {
 		s, err := a.start(ctx)
 		var cfgErr ConfigError

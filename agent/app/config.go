@@ -3,6 +3,9 @@
 package app
 
 import (
+	"slices"
+	"time"
+
 	"github.com/spf13/pflag"
 
 	"github.com/gpuguard/gpuguard/agent/cdispec"
@@ -42,14 +45,14 @@ type Config struct {
 	ContainerdConfig string
 	ToolkitVersion   string
 
-	IgnoredXIDs       string
+	IgnoredXIDs       []uint64
 	HealthChecks      bool
 	MetricsAddr       string
-	RetryInterval     string
+	RetryInterval     time.Duration
 	PublishNodeLabels bool
 
 	Verify                 string
-	VerifyInterval         string
+	VerifyInterval         time.Duration
 	VerifyExemptNamespaces []string
 	CRIEndpoint            string
 	PodResourcesSocket     string
@@ -73,12 +76,12 @@ func DefaultConfig() Config {
 		CDISpec:             cdispec.ModeAuto,
 		CDISpecDir:          "/var/run/cdi",
 		HostRoot:            "/",
-		IgnoredXIDs:         health.FormatXIDs(health.DefaultIgnoredXIDs),
+		IgnoredXIDs:         slices.Clone(health.DefaultIgnoredXIDs),
 		HealthChecks:        true,
 		MetricsAddr:         ":9465",
-		RetryInterval:       "30s",
+		RetryInterval:       30 * time.Second,
 		Verify:              verifier.ModeReport,
-		VerifyInterval:      "10s",
+		VerifyInterval:      10 * time.Second,
 		PodResourcesSocket:  verifier.DefaultPodResourcesSocket,
 		ProcRoot:            "/proc",
 		// containerd before 2.0 (containerd#7318, fixed by #9661) and CRI-O
@@ -95,13 +98,13 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "node name (defaults to $NODE_NAME, then the host name); seeds mock device UUIDs")
 	fs.StringVar(&c.NVMLLibrary, "nvml-library", c.NVMLLibrary, "path of libnvidia-ml.so.1 when not on the loader path")
 	fs.StringVar(&c.DevicePluginDir, "device-plugin-dir", c.DevicePluginDir, "the kubelet's device plugin directory (holds kubelet.sock)")
-	fs.StringVar(&c.DevicePlugin, "device-plugin", c.DevicePlugin, "auto: serve unless another plugin already serves NVIDIA GPUs on this node; on: always; off: only report")
+	fs.Var(newEnumValue(&c.DevicePlugin, devicePluginModes...), "device-plugin", "auto: serve unless another plugin already serves NVIDIA GPUs on this node; on: always; off: only report")
 	fs.StringVar(&c.DeviceListStrategy, "device-list-strategy", c.DeviceListStrategy, "how containers get their devices: auto, or a list of envvar, volume-mounts, cdi-annotations, cdi-cri")
-	fs.StringVar(&c.DeviceIDStrategy, "device-id-strategy", c.DeviceIDStrategy, "how devices are named to the runtime: uuid or index")
-	fs.StringVar(&c.MIGStrategy, "mig-strategy", c.MIGStrategy, "none (full GPUs only) or mixed (one resource per MIG profile, e.g. nvidia.com/mig-1g.10gb)")
+	fs.Var(newEnumValue(&c.DeviceIDStrategy, idStrategies...), "device-id-strategy", "how devices are named to the runtime: uuid or index")
+	fs.Var(newEnumValue(&c.MIGStrategy, migStrategies...), "mig-strategy", "none (full GPUs only) or mixed (one resource per MIG profile, e.g. nvidia.com/mig-1g.10gb)")
 	fs.IntVar(&c.TimeSlicingReplicas, "time-slicing-replicas", c.TimeSlicingReplicas, "share each GPU (or MIG device) among this many containers, taking turns, with no memory or fault isolation between them; 1 shares nothing")
 	fs.BoolVar(&c.TimeSlicingRename, "time-slicing-rename", c.TimeSlicingRename, "serve time-sliced shares as <resource>.shared (nvidia.com/gpu.shared), so pods asking for nvidia.com/gpu still get whole GPUs")
-	fs.StringVar(&c.CDISpec, "cdi-spec", c.CDISpec, "for CDI strategies: toolkit (devices must be in the toolkit's spec), own (write the agent's spec), auto (toolkit's if complete, else own)")
+	fs.Var(newEnumValue(&c.CDISpec, cdiSpecModes...), "cdi-spec", "for CDI strategies: toolkit (devices must be in the toolkit's spec), own (write the agent's spec), auto (toolkit's if complete, else own)")
 	fs.StringVar(&c.CDISpecDir, "cdi-spec-dir", c.CDISpecDir, "host directory the agent writes its own CDI spec to")
 	fs.StringVar(&c.CDIDevRoot, "cdi-dev-root", c.CDIDevRoot, "host directory that holds the NVIDIA device nodes named in the agent's own CDI spec (default /, so /dev/nvidia0)")
 	fs.StringVar(&c.CDIAnnotationPrefix, "cdi-annotation-prefix", c.CDIAnnotationPrefix, "prefix of CDI annotation keys (default cdi.k8s.io/)")
@@ -109,12 +112,12 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ToolkitConfig, "toolkit-config", c.ToolkitConfig, "host path of the NVIDIA Container Toolkit config.toml (default: searched)")
 	fs.StringVar(&c.ContainerdConfig, "containerd-config", c.ContainerdConfig, "host path of containerd's config.toml (default: searched)")
 	fs.StringVar(&c.ToolkitVersion, "toolkit-version", c.ToolkitVersion, "NVIDIA Container Toolkit version (default: nvidia-ctk --version on the host)")
-	fs.StringVar(&c.IgnoredXIDs, "health-ignored-xids", c.IgnoredXIDs, "XIDs that do not make a GPU unhealthy (comma list, or none)")
+	fs.Var(xidsValue{&c.IgnoredXIDs}, "health-ignored-xids", "XIDs that do not make a GPU unhealthy (comma list, or none)")
 	fs.BoolVar(&c.HealthChecks, "health-checks", c.HealthChecks, "watch NVML for XID errors")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address of /metrics and /healthz (empty: off)")
-	fs.StringVar(&c.RetryInterval, "retry-interval", c.RetryInterval, "how long to wait before retrying a failed start or registration")
-	fs.StringVar(&c.Verify, "verify", c.Verify, "node verifier: off; report (find containers that can open a GPU the kubelet did not allocate to them: log, metric, Event); enforce (also evict their pods)")
-	fs.StringVar(&c.VerifyInterval, "verify-interval", c.VerifyInterval, "how often the verifier looks at every running container")
+	fs.DurationVar(&c.RetryInterval, "retry-interval", c.RetryInterval, "how long to wait before retrying a failed start or registration")
+	fs.Var(newEnumValue(&c.Verify, verifyModes...), "verify", "node verifier: off; report (find containers that can open a GPU the kubelet did not allocate to them: log, metric, Event); enforce (also evict their pods)")
+	fs.DurationVar(&c.VerifyInterval, "verify-interval", c.VerifyInterval, "how often the verifier looks at every running container")
 	fs.StringSliceVar(&c.VerifyExemptNamespaces, "verify-exempt-namespaces", c.VerifyExemptNamespaces, "namespaces whose findings are logged at info level only, besides the policy's exempt namespaces (GPU infrastructure that sees every GPU by design)")
 	fs.StringVar(&c.CRIEndpoint, "cri-endpoint", c.CRIEndpoint, "the node's CRI socket (default: containerd's, k3s's or CRI-O's, found under --host-root)")
 	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", c.PodResourcesSocket, "the kubelet's PodResources socket")

@@ -4,60 +4,75 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpuguard/gpuguard/agent/health"
+	"github.com/gpuguard/gpuguard/agent/cdispec"
 	"github.com/gpuguard/gpuguard/agent/rm"
 	"github.com/gpuguard/gpuguard/agent/strategy"
 	"github.com/gpuguard/gpuguard/agent/verifier"
 )
 
-// settings are the flags that need parsing, parsed once when the agent is
-// made: a bad value stops it, with a message naming the flag, before
-// anything starts, and nothing parses them again.
+// The values each enumerated setting takes; the flags refuse others when
+// they are parsed, and Validate refuses them in a Config built in code.
+var (
+	devicePluginModes = []string{PluginAuto, PluginOn, PluginOff}
+	idStrategies      = []string{string(strategy.IDUUID), string(strategy.IDIndex)}
+	migStrategies     = []string{rm.MIGNone, rm.MIGMixed}
+	cdiSpecModes      = []string{cdispec.ModeAuto, cdispec.ModeToolkit, cdispec.ModeOwn}
+	verifyModes       = []string{verifier.ModeOff, verifier.ModeReport, verifier.ModeEnforce}
+)
+
+// Validate checks the whole configuration once, before anything starts: a
+// bad value stops the agent with a message naming the setting (its flag's
+// name). The policy file is not checked here: a policy edit, or one written
+// for a newer gpuguard, must never keep the agent (and its device plugin)
+// from starting; the verifier keeps the last policy it could read.
+func (c Config) Validate() error {
+	for _, e := range []struct {
+		setting, value string
+		allowed        []string
+	}{
+		{"device-plugin", c.DevicePlugin, devicePluginModes},
+		{"device-id-strategy", c.DeviceIDStrategy, idStrategies},
+		{"mig-strategy", c.MIGStrategy, migStrategies},
+		{"cdi-spec", c.CDISpec, cdiSpecModes},
+		{"verify", c.Verify, verifyModes},
+	} {
+		if err := oneOf(e.value, e.allowed...); err != nil {
+			return fmt.Errorf("%s %w", e.setting, err)
+		}
+	}
+	if _, err := strategy.Parse(c.DeviceListStrategy); err != nil {
+		return fmt.Errorf("device-list-strategy: %w", err)
+	}
+	if err := c.timeSlicing().Validate(); err != nil {
+		return err
+	}
+	if c.RetryInterval <= 0 {
+		return fmt.Errorf("retry-interval %s: want a positive duration", c.RetryInterval)
+	}
+	if c.VerifyInterval < time.Second {
+		return fmt.Errorf("verify-interval %s: want a duration of at least 1s", c.VerifyInterval)
+	}
+	return nil
+}
+
+func (c Config) timeSlicing() rm.TimeSlicing {
+	return rm.TimeSlicing{Replicas: c.TimeSlicingReplicas, Rename: c.TimeSlicingRename}
+}
+
+// settings are what the agent derives from a valid Config, once.
 type settings struct {
-	ids            strategy.IDStrategy
-	ignoredXIDs    map[uint64]bool
-	retry          time.Duration
-	verifyInterval time.Duration
-	timeSlicing    rm.TimeSlicing
+	ids         strategy.IDStrategy
+	ignoredXIDs map[uint64]bool
+	timeSlicing rm.TimeSlicing
 }
 
 func (c Config) parse() (settings, error) {
-	var s settings
-	var err error
-	switch c.DevicePlugin {
-	case PluginAuto, PluginOn, PluginOff:
-	default:
-		return s, fmt.Errorf("--device-plugin=%s: want auto, on or off", c.DevicePlugin)
+	if err := c.Validate(); err != nil {
+		return settings{}, err
 	}
-	if _, err := strategy.Parse(c.DeviceListStrategy); err != nil {
-		return s, err
+	s := settings{ids: strategy.IDStrategy(c.DeviceIDStrategy), ignoredXIDs: map[uint64]bool{}, timeSlicing: c.timeSlicing()}
+	for _, x := range c.IgnoredXIDs {
+		s.ignoredXIDs[x] = true
 	}
-	if s.ids, err = strategy.ParseIDStrategy(c.DeviceIDStrategy); err != nil {
-		return s, err
-	}
-	if c.MIGStrategy != rm.MIGNone && c.MIGStrategy != rm.MIGMixed {
-		return s, fmt.Errorf("--mig-strategy=%s: want none or mixed", c.MIGStrategy)
-	}
-	s.timeSlicing = rm.TimeSlicing{Replicas: c.TimeSlicingReplicas, Rename: c.TimeSlicingRename}
-	if err := s.timeSlicing.Validate(); err != nil {
-		return s, err
-	}
-	if s.ignoredXIDs, err = health.ParseXIDs(c.IgnoredXIDs); err != nil {
-		return s, err
-	}
-	if s.retry, err = time.ParseDuration(c.RetryInterval); err != nil {
-		return s, fmt.Errorf("--retry-interval: %w", err)
-	}
-	switch c.Verify {
-	case verifier.ModeOff, verifier.ModeReport, verifier.ModeEnforce:
-	default:
-		return s, fmt.Errorf("--verify=%s: want off, report or enforce", c.Verify)
-	}
-	if s.verifyInterval, err = time.ParseDuration(c.VerifyInterval); err != nil || s.verifyInterval < time.Second {
-		return s, fmt.Errorf("--verify-interval=%s: want a duration of at least 1s", c.VerifyInterval)
-	}
-	// The policy file is not checked here: a policy edit, or one written for a
-	// newer gpuguard, must never keep the agent (and its device plugin) from
-	// starting. The verifier keeps the last policy it could read.
 	return s, nil
 }

@@ -47,7 +47,7 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 	if a.cfg.Verify == verifier.ModeOff {
 		return
 	}
-	interval := a.set.verifyInterval
+	interval := a.cfg.VerifyInterval
 	rep := &verifier.Reporter{Mode: a.cfg.Verify, Log: a.log.WithName("verify"), Metrics: a.verifyMetrics}
 	if a.kube != nil {
 		rep.Actions = verifier.Kube{Client: a.kube, Node: a.cfg.NodeName}
