@@ -126,8 +126,10 @@ for p in ${platforms//,/ }; do
   # A platform with CC_<arch> set has no rows but is still proved.
   [[ " ${cgo_platforms[*]:-} " == *" $p "* ]] || cgo_platforms+=("$p")
 done
+proved=()
 for p in "${cgo_platforms[@]}"; do
   [[ " ${needs[*]} " == *" images "* || "$p" = "$host" ]] || continue
+  proved+=("$p")
   cc=$(cc_for "$p")
   if out=$(cd "$proof_dir" && GOWORK=off GOFLAGS= GOOS=linux GOARCH="${p#linux/}" CGO_ENABLED=1 CC="$cc" \
       go build -o /dev/null . 2>&1); then
@@ -152,4 +154,4 @@ if [ ${#failures[@]} -gt 0 ]; then
   for f in "${failures[@]}"; do echo "  - $f" >&2; done
   exit 1
 fi
-echo "install-deps: ${#pkgs[@]} packages present; tools run; cgo builds for ${cgo_platforms[*]} link"
+echo "install-deps: ${#pkgs[@]} packages present; tools run; cgo builds for ${proved[*]} link"
