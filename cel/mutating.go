@@ -20,14 +20,8 @@ import (
 // nothing, so it may be reinvoked.
 func (r *rules) mutatingPolicy(name string) *admissionregistrationv1.MutatingAdmissionPolicy {
 	var patches []string
-	if r.p.Spec.InjectVoid {
-		for _, l := range containerLists {
-			patches = append(patches, r.voidPatches(l))
-		}
-	} else {
-		// An empty list of JSONPatch: a bare [] is a list(dyn), which the API
-		// server refuses at evaluation, failing every pod closed.
-		patches = []string{`[JSONPatch{op: "test", path: "/kind", value: "Pod"}].filter(p, false)`}
+	for _, l := range containerLists {
+		patches = append(patches, r.voidPatches(l))
 	}
 	if pins := policy.ParentGroupPinsCEL(r.input()); pins != "" {
 		patches = append(patches, pins)
@@ -61,6 +55,11 @@ func (r *rules) voidPatches(l containerList) string {
 		allVoid = append(allVoid, policy.EffectivelyVoidCEL(r.p, n))
 	}
 	needs := fmt.Sprintf("%s && !(%s) && !(%s)", judged, r.gpu, strings.Join(allVoid, " && "))
+	if !r.p.Spec.InjectVoid {
+		// The toolkit's privileged containers get void whatever the policy
+		// says (inject-void).
+		needs = policy.ToolkitPrivilegedCEL + " && " + needs
+	}
 	path := fmt.Sprintf(`"/spec/%s/" + string(i) + "/env"`, l.field)
 	entry := func(n string) string {
 		return fmt.Sprintf(`Object.spec.%s.env{name: %s, value: "void"}`, l.field, celexpr.Str(n))

@@ -125,11 +125,13 @@ func gapsOf(p *config.Policy, req policy.Request, want policy.Result) map[string
 			gaps[string(r.ID)] = true
 		}
 	}
-	// The path rules' gap is paths CEL cannot clean; on clean paths their
-	// CEL form must agree with the engine exactly.
+	// The path rules' gap (and namespace-entry's, on its target's paths) is
+	// paths CEL cannot clean; on clean paths their CEL form must agree with
+	// the engine exactly.
 	if pod, ok := req.Object.(*corev1.Pod); ok && !hasUncleanPath(pod) {
 		delete(gaps, string(policy.RuleSensitiveHostPath))
 		delete(gaps, string(policy.RuleDeviceListMount))
+		delete(gaps, string(policy.RuleNamespaceEntry))
 	}
 	switch req.Object.(type) {
 	case *corev1.Pod:

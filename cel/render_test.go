@@ -8,6 +8,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/policy"
 )
 
 func parse(t *testing.T, spec string) *config.Policy {
@@ -92,8 +93,13 @@ func TestRenderFollowsThePolicy(t *testing.T) {
 	if strings.Contains(all, "[privileged]") {
 		t.Error("privileged at warn must be left to the webhook")
 	}
-	if strings.Contains(all, "[final-state]") || strings.Contains(p.Mutating.Spec.Mutations[0].JSONPatch.Expression, "void") {
-		t.Error("with injectVoid off there is no final-state rule and no injection")
+	if strings.Contains(all, "[final-state]") {
+		t.Error("with injectVoid off there is no final-state rule")
+	}
+	// One injection per container list, each behind the toolkit's
+	// privileged test.
+	if expr := p.Mutating.Spec.Mutations[0].JSONPatch.Expression; strings.Count(expr, ".transformList(i, c, "+policy.ToolkitPrivilegedCEL+" && ") != 3 {
+		t.Error("with injectVoid off only containers the toolkit counts as privileged get void")
 	}
 	conds := ""
 	for _, c := range p.Validating.Spec.MatchConditions {

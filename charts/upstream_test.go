@@ -42,9 +42,11 @@ func upstreamStacks() []upstreamStack {
 			values: map[string]any{"gfd": map[string]any{"enabled": true}},
 			preset: "nvidiaDevicePlugin",
 			want: map[string][]policy.RuleID{
-				"DaemonSet/nvdp-nvidia-device-plugin":                       {policy.RuleDeviceEnv, policy.RuleProtectedEnv, policy.RuleSensitiveHostPath},
-				"DaemonSet/nvdp-nvidia-device-plugin-gpu-feature-discovery": {policy.RulePrivileged},
-				"DaemonSet/nvdp-nvidia-device-plugin-mps-control-daemon": {policy.RuleDeviceEnv, policy.RulePrivileged,
+				"DaemonSet/nvdp-nvidia-device-plugin": {policy.RuleDeviceEnv, policy.RuleProtectedEnv, policy.RuleSensitiveHostPath},
+				// GFD writes NFD's features.d under /etc, a system directory: a
+				// tenant writing there would forge the node's labels.
+				"DaemonSet/nvdp-nvidia-device-plugin-gpu-feature-discovery": {policy.RulePrivileged, policy.RuleSensitiveHostPath},
+				"DaemonSet/nvdp-nvidia-device-plugin-mps-control-daemon": {policy.RuleDeviceEnv, policy.RuleNamespaceEntry, policy.RulePrivileged,
 					policy.RuleProtectedEnv, policy.RuleSensitiveHostPath},
 			},
 		},
@@ -54,7 +56,8 @@ func upstreamStacks() []upstreamStack {
 			release: "kps", ns: "monitoring",
 			preset: "nodeExporter", presetValues: map[string]any{"releaseName": "kps"},
 			want: map[string][]policy.RuleID{
-				"DaemonSet/kps-prometheus-node-exporter": {policy.RuleSensitiveHostPath},
+				// hostPID, with the capabilities and escalation the chart keeps.
+				"DaemonSet/kps-prometheus-node-exporter": {policy.RuleNamespaceEntry, policy.RuleSensitiveHostPath},
 			},
 		},
 		{

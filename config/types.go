@@ -62,12 +62,30 @@ type PolicySpec struct {
 	// container mounting it is read-only, non-root and unprivileged; deny
 	// denies it, for nodes where a socket belongs to a group pods may take.
 	SensitiveHostPathParents ParentAction `json:"sensitiveHostPathParents"`
-	// WriteProtectedHostPaths hold what the NVIDIA runtime and driver stack
-	// load or run as root on the host (the libraries the toolkit loads, the
-	// dynamic linker's configuration) and other containers' root filesystems
-	// (container runtime storage). A hostPath volume at, below or above one is
-	// admitted only where every container mounting it mounts it readOnly.
+	// WriteProtectedHostPaths are the host's system directories: what the
+	// node runs, loads or trusts as root (binaries, libraries, the dynamic
+	// linker's and the runtimes' configuration, credentials, other
+	// containers' filesystems). A hostPath volume at, below or above one is
+	// admitted only where every container mounting it mounts it readOnly,
+	// unless it lies at or below one of WritableHostPaths.
+	//
+	// The class is inverted on purpose: a list of what must not be written
+	// misses the next distribution's prefix; a list of the host's top-level
+	// system directories and of the data directories inside them does not.
 	WriteProtectedHostPaths []string `json:"writeProtectedHostPaths"`
+	// WritableHostPaths are data directories inside the write-protected and
+	// runtime-state trees (log directories, local storage roots, agents'
+	// socket directories): a hostPath volume at or below one may be mounted
+	// read-write, and needs none of the conditions of RuntimeStateHostPaths.
+	// Sensitive paths stay denied below them.
+	WritableHostPaths []string `json:"writableHostPaths"`
+	// RuntimeStateHostPaths are the trees where container runtimes, the
+	// kubelet and Kubernetes distributions keep sockets, credentials and
+	// other pods' volumes. A hostPath volume at, below or above one is
+	// treated as a parent of a sensitive path (SensitiveHostPathParents):
+	// read-only, by a non-root container without privilege, unless it lies
+	// at or below one of WritableHostPaths.
+	RuntimeStateHostPaths []string `json:"runtimeStateHostPaths"`
 	// NVIDIARuntimeClasses are the RuntimeClass names that run a pod through the
 	// NVIDIA Container Runtime.
 	NVIDIARuntimeClasses []string `json:"nvidiaRuntimeClasses"`
@@ -149,8 +167,9 @@ type Advisories struct {
 	// the node, every GPU included, whatever it was allocated.
 	Privileged Severity `json:"privileged"`
 	// Capabilities fires on a container that adds SYS_ADMIN or ALL: the toolkit
-	// counts it as privileged and honours its device requests from the
-	// environment, but the device cgroup still holds.
+	// counts it as privileged and gives it the devices its environment asks
+	// for (the device cgroup included), so such a container without a GPU
+	// limit gets void whatever InjectVoid says.
 	Capabilities Severity `json:"capabilities"`
 }
 

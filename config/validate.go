@@ -31,6 +31,8 @@ func Validate(p *Policy) field.ErrorList {
 	errs = append(errs, absolutePaths(spec.Child("deviceListMountRoots"), s.DeviceListMountRoots)...)
 	errs = append(errs, absolutePaths(spec.Child("sensitiveHostPaths"), s.SensitiveHostPaths)...)
 	errs = append(errs, absolutePaths(spec.Child("writeProtectedHostPaths"), s.WriteProtectedHostPaths)...)
+	errs = append(errs, absolutePaths(spec.Child("runtimeStateHostPaths"), s.RuntimeStateHostPaths)...)
+	errs = append(errs, validateWritableHostPaths(spec.Child("writableHostPaths"), s)...)
 	errs = append(errs, enum(spec.Child("sensitiveHostPathParents"), string(s.SensitiveHostPathParents),
 		[]string{string(ParentsReadOnlyUnprivileged), string(ParentsDeny)})...)
 	for i, name := range s.NVIDIARuntimeClasses {
@@ -160,6 +162,30 @@ func validateAnnotations(fld *field.Path, a *AnnotationPolicy) field.ErrorList {
 	for i, k := range a.DeniedKeys {
 		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
 			errs = append(errs, field.Invalid(fld.Child("deniedKeys").Index(i), k, strings.Join(msgs, "; ")))
+		}
+	}
+	return errs
+}
+
+// validateWritableHostPaths: a writable path is absolute, and is neither
+// the host's root nor at or above a sensitive path, where it would name
+// what stays denied anyway (or, for /, lift the whole class).
+func validateWritableHostPaths(fld *field.Path, s *PolicySpec) field.ErrorList {
+	errs := absolutePaths(fld, s.WritableHostPaths)
+	for i, w := range s.WritableHostPaths {
+		c := path.Clean(w)
+		if !strings.HasPrefix(w, "/") {
+			continue
+		}
+		if c == "/" {
+			errs = append(errs, field.Invalid(fld.Index(i), w, "the host's root cannot be writable: name data directories"))
+			continue
+		}
+		for _, sp := range s.SensitiveHostPaths {
+			if sp = path.Clean(sp); sp == c || strings.HasPrefix(sp, c+"/") {
+				errs = append(errs, field.Invalid(fld.Index(i), w, "holds the sensitive path "+sp+": name a data directory beside it"))
+				break
+			}
 		}
 	}
 	return errs

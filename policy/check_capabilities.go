@@ -18,8 +18,9 @@ import (
 // Allowed values: no SYS_ADMIN or ALL (with or without CAP_) among the added
 // capabilities. The NVIDIA Container Toolkit counts CAP_SYS_ADMIN in the bounding
 // set as privileged and honours device requests from the environment of such a
-// container even where the node refuses them from unprivileged ones; the device
-// cgroup still holds, so the container opens only what the runtime gave it.
+// container even where the node refuses them from unprivileged ones, and grants
+// those devices in its device cgroup: inject-void gives every such container
+// without a GPU limit void, whatever injectVoid says.
 // Nsight profiling and FUSE need SYS_ADMIN. Default: warn (advisories.capabilities).
 //
 // A privileged container is left to the rule privileged, unless that rule is only
@@ -51,6 +52,20 @@ var devicesCapabilities = []string{"SYS_ADMIN", "ALL"}
 // container c with a securityContext.
 var addsDevicesCapabilityCEL = `has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && ` +
 	`c.securityContext.capabilities.add.exists(a, a.upperAscii() in ` + capabilitiesCEL(devicesCapabilities) + `)`
+
+// toolkitPrivileged reports whether the NVIDIA Container Toolkit counts
+// container c as privileged: privileged, or adding SYS_ADMIN or ALL
+// (CAP_SYS_ADMIN in the bounding set). The toolkit honours the image's and
+// the environment's device list for such a container even where the node
+// refuses env device requests from unprivileged ones, and its CDI edits
+// open those devices in the device cgroup.
+func toolkitPrivileged(c *corev1.Container) bool {
+	sc := c.SecurityContext
+	if sc == nil {
+		return false
+	}
+	return (sc.Privileged != nil && *sc.Privileged) || (sc.Capabilities != nil && slices.ContainsFunc(sc.Capabilities.Add, grantsDevices))
+}
 
 func grantsDevices(c corev1.Capability) bool {
 	return slices.Contains(devicesCapabilities, capabilityName(c))

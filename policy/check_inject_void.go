@@ -22,8 +22,13 @@ import (
 // explicit void is safe; removing the variable is not. GPU containers are never
 // touched: a pod-level value would replace the device plugin's allocation.
 // Injecting twice changes nothing, so the webhook may be reinvoked.
+//
+// With injectVoid off (the hardened profile among them), a container the
+// toolkit counts as privileged (toolkitPrivileged) still gets void: the
+// node's refusal of env device requests, which the profile relies on, does
+// not hold for it.
 func injectVoid(ev *evaluation, c *containerRef) {
-	if c.gpu || !ev.e.policy.Spec.InjectVoid {
+	if c.gpu || !(ev.e.policy.Spec.InjectVoid || toolkitPrivileged(c.c)) {
 		return
 	}
 	// A template is never patched; its pods will be: say which containers
@@ -72,11 +77,16 @@ const RuleInjectVoid RuleID = "inject-void"
 func init() {
 	register(&Rule{
 		ID: RuleInjectVoid,
-		Summary: "(mutation) `NVIDIA_VISIBLE_DEVICES=void` appended to every non-GPU container whose effective value is not `void`/`\"\"`; " +
-			"GPU containers are never touched; idempotent",
+		Summary: "(mutation) `NVIDIA_VISIBLE_DEVICES=void` appended to every non-GPU container whose effective value is not `void`/`\"\"` " +
+			"(with `injectVoid` off, to those the toolkit counts as privileged); GPU containers are never touched; idempotent",
 		// Its CEL form is the backstop's MutatingAdmissionPolicy.
 		Order: 190, ContainerCheck: injectVoid,
-		Trigger: func(in *CELInput) *CELTrigger { return notVoidTrigger(in) },
+		Trigger: func(in *CELInput) *CELTrigger {
+			if in.Policy.Spec.InjectVoid {
+				return notVoidTrigger(in)
+			}
+			return &CELTrigger{Container: looksForGPUTrigger + " && " + missingDeviceVarCEL(in) + " && !(" + in.IsGPU + ")"}
+		},
 	})
 }
 
@@ -92,9 +102,20 @@ func notVoidTrigger(in *CELInput) *CELTrigger {
 	if !in.Policy.Spec.InjectVoid {
 		return nil
 	}
+	return &CELTrigger{Container: missingDeviceVarCEL(in) + " && !(" + in.IsGPU + ")"}
+}
+
+// missingDeviceVarCEL: container c has no env entry for one of the device
+// variables.
+func missingDeviceVarCEL(in *CELInput) string {
 	var missing []string
 	for _, n := range in.DeviceVars {
 		missing = append(missing, fmt.Sprintf("!(has(c.env) && c.env.exists(e, e.name == %s))", celexpr.Str(n)))
 	}
-	return &CELTrigger{Container: "(" + celexpr.Or(missing...) + ") && !(" + in.IsGPU + ")"}
+	return "(" + celexpr.Or(missing...) + ")"
 }
+
+// ToolkitPrivilegedCEL is toolkitPrivileged over a container c, for the
+// backstop's injection with injectVoid off.
+var ToolkitPrivilegedCEL = `(has(c.securityContext) && ((has(c.securityContext.privileged) && c.securityContext.privileged) || (` +
+	addsDevicesCapabilityCEL + `)))`

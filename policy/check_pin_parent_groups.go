@@ -75,7 +75,7 @@ func (ev *evaluation) planGroupPins() (pins groupPins, ok bool) {
 		if v.HostPath == nil {
 			continue
 		}
-		if s, below := ev.e.sensitiveRelation(cleanAbsolute(v.HostPath.Path)); s == "" || below {
+		if s, below := ev.e.guardedRelation(cleanAbsolute(v.HostPath.Path)); s == "" || below {
 			continue
 		}
 		for k := range ev.containers {

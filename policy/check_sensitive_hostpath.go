@@ -61,7 +61,7 @@ func checkSensitiveHostPaths(ev *evaluation) {
 				"name the host path itself", quote(v.HostPath.Path))
 			continue
 		}
-		s, below := ev.e.sensitiveRelation(p)
+		s, below := ev.e.guardedRelation(p)
 		if s == "" {
 			ev.checkWriteProtected(v, p, at)
 			continue
@@ -77,7 +77,7 @@ func checkSensitiveHostPaths(ev *evaluation) {
 			}
 			if missing := ev.parentProblems(c, v.Name); len(missing) > 0 {
 				ev.report(RuleSensitiveHostPath, effectDeny, c, at,
-					"mounts %s, a parent of %s, without %s; a parent needs readOnly, a non-root user and group, "+
+					"mounts %s, which reaches %s, without %s; such a mount needs readOnly, a non-root user and group, "+
 						"allowPrivilegeEscalation: false, capabilities.drop [ALL] (adding back NET_BIND_SERVICE or SYS_TIME at most) and no privilege", quote(v.HostPath.Path), s, strings.Join(missing, ", "))
 			}
 		}
@@ -118,17 +118,55 @@ func (ev *evaluation) checkWriteProtected(v corev1.Volume, p, at string) {
 		c := &ev.containers[k]
 		if mountsWritable(c.c, v.Name) {
 			ev.report(RuleSensitiveHostPath, effectDeny, c, at,
-				"mounts %s read-write, which is, holds or lies in %s, what the node loads or runs as root (or another container's filesystem); mount it readOnly", quote(v.HostPath.Path), w)
+				"mounts %s read-write, which is, holds or lies in the system directory %s, whose files the node runs, loads or trusts as root; "+
+					"mount it readOnly, or use a data directory (writableHostPaths)", quote(v.HostPath.Path), w)
 		}
 	}
 }
 
 // writeProtectedRelation finds the first write-protected path p is at,
-// below or above, or "".
+// below or above, or "" where there is none or a writable path holds p.
 func (e *Engine) writeProtectedRelation(p string) string {
-	for k, aliases := range e.writeProtected {
-		if slices.ContainsFunc(aliases, func(w string) bool { return related(p, w) }) {
-			return e.policy.Spec.WriteProtectedHostPaths[k]
+	if e.isWritable(p) {
+		return ""
+	}
+	return firstRelated(e.writeProtected, p)
+}
+
+// guardedRelation finds what a host path at clean path p reaches: the first
+// sensitive path it is at or below (below true); else the first sensitive
+// path it is a strict parent of; else, unless a writable path holds p, the
+// first runtime-state tree it is at, below or above. "" where none. All but
+// the first need the read-only-parent conditions: a runtime's socket, the
+// kubelet's credentials and other pods' volumes lie somewhere below.
+func (e *Engine) guardedRelation(p string) (what string, below bool) {
+	if s, below := e.sensitiveRelation(p); s != "" {
+		return s, below
+	}
+	if e.isWritable(p) {
+		return "", false
+	}
+	if r := firstRelated(e.runtimeState, p); r != "" {
+		return r + " (runtime state)", false
+	}
+	return "", false
+}
+
+// isWritable reports whether clean path p is at or below one of the
+// policy's writableHostPaths, under any of its names.
+func (e *Engine) isWritable(p string) bool {
+	return slices.ContainsFunc(e.writable, func(aliases []string) bool {
+		return slices.ContainsFunc(aliases, func(w string) bool { return p == w || strings.HasPrefix(p, w+"/") })
+	})
+}
+
+// firstRelated returns the first path of aliased (each policy path under
+// its names) that clean path p is at, below or above, under the name that
+// matched, so that a message names what the pod wrote; "" for none.
+func firstRelated(aliased [][]string, p string) string {
+	for _, aliases := range aliased {
+		if k := slices.IndexFunc(aliases, func(w string) bool { return related(p, w) }); k >= 0 {
+			return aliases[k]
 		}
 	}
 	return ""
@@ -275,35 +313,65 @@ func rootInGroups(pod *corev1.PodSecurityContext) bool {
 	return (pod.FSGroup != nil && *pod.FSGroup <= 0) || slices.ContainsFunc(pod.SupplementalGroups, func(g int64) bool { return g <= 0 })
 }
 
-// RunAliases cleans a path and lists it under both /run and /var/run, its usual
-// symlink, so that a host path is compared with each spelling.
-func RunAliases(p string) []string {
+// hostLinks are directories that are links to others on the nodes gpuguard
+// guards: /var/run to /run everywhere, and on merged-/usr systems (Debian
+// 12, Ubuntu 20.04 and later, RHEL 9, Fedora, Arch) /bin, /sbin and /lib*
+// to their /usr twins. The kubelet passes a hostPath through as written and
+// the runtime resolves links on the host, so a path under one is the path
+// under the other; on a system where they are directories of their own,
+// treating them alike only guards a path more.
+var hostLinks = [][2]string{
+	{"/var/run", "/run"},
+	{"/bin", "/usr/bin"}, {"/sbin", "/usr/sbin"},
+	{"/lib", "/usr/lib"}, {"/lib32", "/usr/lib32"}, {"/lib64", "/usr/lib64"}, {"/libx32", "/usr/libx32"},
+}
+
+// HostAliases cleans a path and lists it under every name hostLinks give it,
+// itself first, so that a host path is compared with each spelling.
+func HostAliases(p string) []string {
 	p = cleanAbsolute(p)
-	switch {
-	case p == "/run" || strings.HasPrefix(p, "/run/"):
-		return []string{p, "/var" + p}
-	case p == "/var/run" || strings.HasPrefix(p, "/var/run/"):
-		return []string{p, strings.TrimPrefix(p, "/var")}
+	out := []string{p}
+	for _, l := range hostLinks {
+		for _, from := range []int{0, 1} {
+			link, target := l[from], l[1-from]
+			if p == link || strings.HasPrefix(p, link+"/") {
+				out = append(out, target+strings.TrimPrefix(p, link))
+			}
+		}
 	}
-	return []string{p}
+	return out
 }
 
 // aliasedPathsCEL is a CEL list of the paths under each of their spellings
-// (RunAliases), sorted, without duplicates.
+// (HostAliases), sorted, without duplicates or paths below another.
 func aliasedPathsCEL(paths []string) string {
 	var all []string
 	for _, p := range paths {
-		all = append(all, RunAliases(p)...)
+		all = append(all, HostAliases(p)...)
 	}
 	slices.Sort(all)
-	return celexpr.List(slices.Compact(all))
+	return celexpr.List(withoutDescendants(slices.Compact(all)))
 }
 
-// aliasesOf lists each path's spellings (RunAliases), in the paths' order.
+// withoutDescendants drops from sorted clean paths each one that lies below
+// another: for every relation the host path rules test (at, below, above),
+// a path below a listed one adds nothing, since the ancestors of a path are
+// ordered. The CEL then scans shorter lists.
+func withoutDescendants(sorted []string) []string {
+	var out []string
+	for _, p := range sorted {
+		if !slices.ContainsFunc(out, func(a string) bool { return a == "/" || strings.HasPrefix(p, a+"/") }) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// aliasesOf lists each path's spellings (HostAliases), in the paths' order.
 func aliasesOf(paths []string) [][]string {
 	var out [][]string
 	for _, p := range paths {
-		out = append(out, RunAliases(p))
+		out = append(out, HostAliases(p))
 	}
 	return out
 }
@@ -345,7 +413,7 @@ func sensitiveHostPathCEL(in *CELInput) *CELCheck {
 	return &CELCheck{Message: "mounts a host path that exposes devices or the NVIDIA runtime's configuration, or a parent of one other than read-only, as non-root, without privilege, " +
 		"or a write-protected host path other than read-only",
 		Pod: fmt.Sprintf(`has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath) && %[1]s && `+
-			`((%[2]s && (request.operation == "CREATE" || %[3]s)) || (!(%[2]s) && %[4]s && (%[5]s)) || (!(%[2]s) && !(%[4]s) && %[6]s)))`,
+			`(%[2]s ? (request.operation == "CREATE" || %[3]s) : (%[4]s ? (%[5]s) : %[6]s)))`,
 			celexpr.Judgeable("v.hostPath.path"), below, celexpr.Or(mounting...), parent, celexpr.Or(unsafe...), writeProtectedCEL(in))}
 }
 
@@ -356,25 +424,47 @@ func writeProtectedCEL(in *CELInput) string {
 	if len(in.Policy.Spec.WriteProtectedHostPaths) == 0 {
 		return "false"
 	}
-	p := celexpr.CleanPath("v.hostPath.path")
-	related := fmt.Sprintf(`%s.exists(w, %[2]s == w || %[2]s == "/" || %[2]s.startsWith(w + "/") || w.startsWith(%[2]s + "/"))`,
-		aliasedPathsCEL(in.Policy.Spec.WriteProtectedHostPaths), p)
+	related := relatedCEL(in.Policy.Spec.WriteProtectedHostPaths)
 	var writable []string
 	for _, l := range in.JudgedLists {
 		writable = append(writable, fmt.Sprintf(`%s.exists(c, %s && !(%s))`, l, mountsVolumeCEL, mountsReadOnlyCEL))
 	}
-	return "(" + related + " && (" + celexpr.Or(writable...) + "))"
+	return "(" + related + " && !" + writableCEL(in) + " && (" + celexpr.Or(writable...) + "))"
+}
+
+// relatedCEL: host path volume v's clean path is at, below or above one of
+// paths, under any of their names; false for none.
+func relatedCEL(paths []string) string {
+	if len(paths) == 0 {
+		return "false"
+	}
+	return fmt.Sprintf(`%s.exists(w, %[2]s == w || %[2]s == "/" || %[2]s.startsWith(w + "/") || w.startsWith(%[2]s + "/"))`,
+		aliasedPathsCEL(paths), celexpr.CleanPath("v.hostPath.path"))
+}
+
+// writableCEL: host path volume v's clean path is at or below one of the
+// policy's writableHostPaths, under any of their names.
+func writableCEL(in *CELInput) string {
+	if len(in.Policy.Spec.WritableHostPaths) == 0 {
+		return "false"
+	}
+	return fmt.Sprintf(`%s.exists(w, %[2]s == w || %[2]s.startsWith(w + "/"))`,
+		aliasedPathsCEL(in.Policy.Spec.WritableHostPaths), celexpr.CleanPath("v.hostPath.path"))
 }
 
 // sensitiveRelationCEL are predicates over a host path volume v: its path is
 // at or below a sensitive path or through a per-process link of /proc
-// (below), or a parent of a sensitive path (parent), with /run and /var/run
-// alike.
+// (below), or a parent of a sensitive path or, outside the writable paths,
+// related to a runtime-state tree (parent): guardedRelation, with every
+// path under each of its names.
 func sensitiveRelationCEL(in *CELInput) (below, parent string) {
 	list := aliasedPathsCEL(in.Policy.Spec.SensitiveHostPaths)
 	p := celexpr.CleanPath("v.hostPath.path")
 	below = fmt.Sprintf(`(%[2]s.matches(%[3]s) || %[1]s.exists(s, %[2]s == s || %[2]s.startsWith(s + "/")))`, list, p, celexpr.Str(procHostLinkPattern))
 	parent = fmt.Sprintf(`%s.exists(s, %[2]s == "/" || s.startsWith(%[2]s + "/"))`, list, p)
+	if len(in.Policy.Spec.RuntimeStateHostPaths) > 0 {
+		parent = fmt.Sprintf(`(%s || (%s && !%s))`, parent, relatedCEL(in.Policy.Spec.RuntimeStateHostPaths), writableCEL(in))
+	}
 	return below, parent
 }
 

@@ -11,7 +11,7 @@ import (
 //   - resources.limits, to tell GPU containers;
 //   - securityContext.privileged and securityContext.capabilities.add.
 //
-// Warns, when the policy injects void, for a container without GPU resources
+// Warns, whether or not the policy injects void everywhere, for a container without GPU resources
 // that is privileged or adds SYS_ADMIN or ALL: such a container (a DCGM exporter, GPU Feature Discovery) is admitted, gets
 // void (or has it already), and then sees no GPU, with no error anywhere. A pod
 // controller is warned about when its template is judged, before any of its
@@ -20,7 +20,7 @@ import (
 func checkVoidHidesGPU(ev *evaluation, c *containerRef) {
 	// Advice comes from the validating phase, after the injection: pods and
 	// templates alike.
-	if c.gpu || !ev.e.policy.Spec.InjectVoid || ev.phase != Validating || (!ev.t.isPod && ev.scope != scopeTemplate) {
+	if c.gpu || ev.phase != Validating || (!ev.t.isPod && ev.scope != scopeTemplate) {
 		return
 	}
 	sc := c.c.SecurityContext
@@ -51,10 +51,8 @@ func init() {
 			"(GPU infrastructure that needs an exemption)",
 		Order: 195, ContainerCheck: checkVoidHidesGPU,
 		Trigger: func(in *CELInput) *CELTrigger {
-			if !in.Policy.Spec.InjectVoid {
-				return nil
-			}
-			// Without the GPU test, which parses quantities: GPU
+			// Void reaches such a container whatever injectVoid says
+			// (inject-void). Without the GPU test, which parses quantities: GPU
 			// containers pass too, and the text is privileged's and
 			// capabilities', which the pre-filter then tests once.
 			return &CELTrigger{Container: looksForGPUTrigger}

@@ -165,8 +165,10 @@ type Engine struct {
 	exemptNamespaces   map[string]bool
 	exemptUsers        map[string]bool
 	exemptSAs          map[config.ServiceAccountRef]bool
-	sensitiveHostPaths [][]string // each policy path under both /run and /var/run, in the policy's order
+	sensitiveHostPaths [][]string // each policy path under every name the host gives it (HostAliases), in the policy's order
 	writeProtected     [][]string // the same for writeProtectedHostPaths
+	writable           [][]string // the same for writableHostPaths
+	runtimeState       [][]string // the same for runtimeStateHostPaths
 }
 
 // New compiles a validated policy into an engine.
@@ -200,6 +202,8 @@ func New(p *config.Policy) (*Engine, error) {
 	}
 	e.sensitiveHostPaths = aliasesOf(s.SensitiveHostPaths)
 	e.writeProtected = aliasesOf(s.WriteProtectedHostPaths)
+	e.writable = aliasesOf(s.WritableHostPaths)
+	e.runtimeState = aliasesOf(s.RuntimeStateHostPaths)
 	return e, nil
 }
 

@@ -120,7 +120,7 @@ func TestHostPathRelations(t *testing.T) {
 		p := cleanAbsolute(tc.path)
 		got := false
 		for _, s := range config.Default().Spec.SensitiveHostPaths {
-			got = got || slices.ContainsFunc(RunAliases(s), func(a string) bool { return related(p, a) })
+			got = got || slices.ContainsFunc(HostAliases(s), func(a string) bool { return related(p, a) })
 		}
 		if got != tc.want {
 			t.Errorf("%s: sensitive=%v, want %v", tc.path, got, tc.want)
@@ -128,9 +128,9 @@ func TestHostPathRelations(t *testing.T) {
 	}
 }
 
-// TestRunAliasesBothWays: /var/run is a symlink to /run, so a policy path and a host
+// TestHostAliasesBothWays: /var/run is a symlink to /run, so a policy path and a host
 // path are compared under both spellings, and "above" still works for /var.
-func TestRunAliasesBothWays(t *testing.T) {
+func TestHostAliasesBothWays(t *testing.T) {
 	for _, tc := range []struct {
 		sensitive, host string
 		want            bool
@@ -143,7 +143,7 @@ func TestRunAliasesBothWays(t *testing.T) {
 		{"/var/run/cdi", "/var/lib", false},
 	} {
 		p := cleanAbsolute(tc.host)
-		got := slices.ContainsFunc(RunAliases(tc.sensitive), func(a string) bool { return related(p, a) })
+		got := slices.ContainsFunc(HostAliases(tc.sensitive), func(a string) bool { return related(p, a) })
 		if got != tc.want {
 			t.Errorf("sensitive %s, host path %s: related=%v, want %v", tc.sensitive, tc.host, got, tc.want)
 		}
