@@ -139,6 +139,11 @@ func gapsOf(p *config.Policy, req policy.Request, want policy.Result) map[string
 		// pods-binding and pod-controllers: the backstop reads pods only.
 		gaps[wholeRequest] = true
 	}
+	if slices.ContainsFunc(want.Warnings, func(w policy.Warning) bool { return w.Rule == policy.RuleUnhonouredGPURequest }) {
+		// The backstop cannot read Nodes: it judges the container as a GPU
+		// container, every rule of it.
+		gaps[wholeRequest] = true
+	}
 	if p.Spec.Action == config.ActionStrip {
 		gaps["strip"] = true
 	}

@@ -769,6 +769,8 @@ func TestRBAC(t *testing.T) {
 				{ns, "", "configmaps", "watch", "gpuguard-policy"},
 				{ns, "events.k8s.io", "events", "create", ""},
 				{ns, "events.k8s.io", "events", "patch", ""},
+				// The node a pod is created bound to (unhonoured-gpu-request).
+				{"cluster", "", "nodes", "get", ""},
 			}
 			if rc.name != "custom-policy" { // that policy does not inspect envFrom ConfigMaps
 				want = append(want, rbacRule{"cluster", "", "configmaps", "get", ""})

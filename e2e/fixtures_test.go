@@ -198,6 +198,11 @@ func runFixture(t *testing.T, dyn dynamic.Interface, engine *policy.Engine, f *f
 			t.Fatal(err)
 		}
 	}
+	for _, n := range f.Nodes {
+		if err := ensureNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
 	typed, u := fixtureObject(t, f, ns)
 	gvr := resources[u.GetKind()]
 	created, err := dyn.Resource(gvr).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
@@ -217,7 +222,7 @@ func runFixture(t *testing.T, dyn dynamic.Interface, engine *policy.Engine, f *f
 	if !ok {
 		return
 	}
-	want, err := engine.Admit(ctx, policy.Request{Operation: admissionv1.Create, Namespace: ns, Object: pod})
+	want, err := engine.Admit(ctx, policy.Request{Operation: admissionv1.Create, Namespace: ns, Object: pod, Nodes: fixtures.Nodes(f.Nodes)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,6 +232,26 @@ func runFixture(t *testing.T, dyn dynamic.Interface, engine *policy.Engine, f *f
 			t.Errorf("container %s stored with env %v, the engine computes %v", c.Name, c.Env, expected[i].Env)
 		}
 	}
+}
+
+// ensureNode creates a fixture's Node, or finds it, with the fixture's
+// allocatable in its status: fixtures that name one node give it the same
+// resources.
+func ensureNode(ctx context.Context, n corev1.Node) error {
+	nodes := s.cp.Client.CoreV1().Nodes()
+	created, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = nodes.Get(ctx, n.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	created.Status.Allocatable = n.Status.Allocatable
+	created.Status.Capacity = n.Status.Allocatable
+	if _, err := nodes.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("node %s status: %w", n.Name, err)
+	}
+	return nil
 }
 
 // storedAndExpected lists the containers (init containers first) of the pod the API

@@ -10,6 +10,7 @@ import (
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpuguard/gpuguard/config"
@@ -38,6 +39,14 @@ type ConfigMapSource interface {
 	ConfigMapData(ctx context.Context, namespace, name string) (map[string]string, error)
 }
 
+// ErrNodeNotFound is returned by a NodeSource for a Node it does not have.
+var ErrNodeNotFound = errors.New("node not found")
+
+// NodeSource gives what a Node advertises, for a pod created bound to it.
+type NodeSource interface {
+	NodeAllocatable(ctx context.Context, name string) (corev1.ResourceList, error)
+}
+
 // Request is everything the API server knows about one admission.
 type Request struct {
 	Operation   admissionv1.Operation
@@ -52,6 +61,10 @@ type Request struct {
 	Phase           Phase
 	// ConfigMaps serves envFrom inspection; nil means no ConfigMap is known.
 	ConfigMaps ConfigMapSource
+	// Nodes serves what a node advertises, for pods bound to it at
+	// creation; nil means nodes are unknown (offline checks), and bound
+	// pods are judged by their requests alone.
+	Nodes NodeSource
 }
 
 // Violation is one reason to deny.

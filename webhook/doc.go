@@ -6,7 +6,7 @@
 // Everything only the webhook uses lives beneath it:
 //
 //   - policysource: the policy in force, kept in step with its ConfigMap;
-//   - lookup: namespace labels and the ConfigMaps envFrom names;
+//   - lookup: namespace labels, the ConfigMaps envFrom names, and the nodes pods are created bound to;
 //   - hardening: whether every GPU node reports itself hardened
 //     (inject-void=auto);
 //   - backstop: keeps the CEL backstop (package cel) applied;

@@ -36,8 +36,11 @@ type Handler struct {
 	// Namespaces and ConfigMaps may be nil when no API server is available.
 	Namespaces NamespaceLabels
 	ConfigMaps policy.ConfigMapSource
-	Metrics    *Metrics
-	Log        logr.Logger
+	// Nodes serves what a node advertises; nil when no API server is
+	// available.
+	Nodes   policy.NodeSource
+	Metrics *Metrics
+	Log     logr.Logger
 }
 
 var _ admission.Handler = &Handler{}
@@ -103,6 +106,7 @@ func (h *Handler) policyRequest(ctx context.Context, req admission.Request) (*po
 		NamespaceLabels: labels,
 		Phase:           h.Phase,
 		ConfigMaps:      h.ConfigMaps,
+		Nodes:           h.Nodes,
 	}, nil
 }
 

@@ -24,6 +24,7 @@ import (
 type reviewInputs struct {
 	namespaces NamespaceLabels
 	configMaps policy.ConfigMapSource
+	nodes      policy.NodeSource
 	// ready fails until the namespace cache has synced.
 	ready healthz.Checker
 }
@@ -115,6 +116,7 @@ func watchCluster(mgr manager.Manager, o Options, source *policysource.Source, m
 	}
 	namespaces := lookup.NewNamespaces(mgr.GetCache(), mgr.GetAPIReader(), o.APIReadTimeout)
 	in := reviewInputs{namespaces: namespaces, ready: namespaces.Ready,
-		configMaps: lookup.NewConfigMaps(mgr.GetAPIReader(), o.ConfigMapCacheTTL, o.APIReadTimeout, m.ConfigMapLookups)}
+		configMaps: lookup.NewConfigMaps(mgr.GetAPIReader(), o.ConfigMapCacheTTL, o.APIReadTimeout, m.ConfigMapLookups),
+		nodes:      lookup.NewNodes(mgr.GetAPIReader(), o.APIReadTimeout)}
 	return in, mgr.Add(namespaces)
 }

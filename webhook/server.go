@@ -151,7 +151,7 @@ func Run(ctx context.Context, o Options) error {
 	srv := newWebhookServer(o)
 	registerHandlers(srv, newGate(o.limits(), source.Loaded, serveCtx.Done(), m), func(phase policy.Phase) *Handler {
 		return &Handler{Phase: phase, Policies: source, Namespaces: in.namespaces, ConfigMaps: in.configMaps,
-			Metrics: m, Log: o.Log.WithName(string(phase))}
+			Nodes: in.nodes, Metrics: m, Log: o.Log.WithName(string(phase))}
 	})
 	readiness := map[string]healthz.Checker{"policy": source.Ready, "webhook": srv.StartedChecker(), "stopping": notStopping(ctx)}
 	if in.ready != nil {

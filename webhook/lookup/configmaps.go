@@ -1,7 +1,8 @@
 // Package lookup reads what an admission review needs besides the object:
-// namespace labels, from a metadata-only cache, and the ConfigMaps envFrom
-// names, on demand with a short-lived cache. Every read from the API server
-// is bounded, well inside the webhook's own timeout.
+// namespace labels, from a metadata-only cache; the ConfigMaps envFrom
+// names, on demand with a short-lived cache; and the node a pod is created
+// bound to, on demand. Every read from the API server is bounded, well
+// inside the webhook's own timeout.
 package lookup
 
 import (

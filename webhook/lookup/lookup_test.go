@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -89,5 +90,39 @@ func TestConfigMapsAreCached(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(lookups.WithLabelValues("hit")); got != 4 {
 		t.Errorf("%v cache hits, want 4", got)
+	}
+}
+
+// nodeReader serves one node, answering NotFound for the rest.
+type nodeReader struct {
+	client.Reader
+	node *corev1.Node
+}
+
+func (r nodeReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	if key.Name != r.node.Name {
+		return apierrors.NewNotFound(schema.GroupResource{Resource: "nodes"}, key.Name)
+	}
+	r.node.DeepCopyInto(obj.(*corev1.Node))
+	return nil
+}
+
+// TestNodes: a node's allocatable is read, a missing node is
+// policy.ErrNodeNotFound (it advertises nothing), and a stalled API server
+// is an error within the read timeout, never a silent answer.
+func TestNodes(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}}}
+	nodes := NewNodes(nodeReader{node: node}, time.Second)
+	got, err := nodes.NodeAllocatable(context.Background(), "gpu-1")
+	if q := got["nvidia.com/gpu"]; err != nil || q.Value() != 8 {
+		t.Errorf("gpu-1: %v, %v; want 8 GPUs", got, err)
+	}
+	if _, err := nodes.NodeAllocatable(context.Background(), "gpu-2"); !errors.Is(err, policy.ErrNodeNotFound) {
+		t.Errorf("a missing node: %v, want ErrNodeNotFound", err)
+	}
+	_, err = NewNodes(hangingReader{}, 50*time.Millisecond).NodeAllocatable(context.Background(), "gpu-1")
+	if err == nil || errors.Is(err, policy.ErrNodeNotFound) {
+		t.Errorf("a stalled API server: %v, want a timeout error", err)
 	}
 }
