@@ -15,7 +15,7 @@ import "strings"
 // surface than a compute workload needs. Containers without GPUs may not set
 // the variable at all (protected-env). Effect: warn.
 func checkDriverCapabilitiesAll(ev *evaluation, c *containerRef) {
-	if !c.gpu {
+	if !ev.gpuFeatures(c) {
 		return
 	}
 	for i, v := range c.c.Env {

@@ -11,8 +11,10 @@ import (
 // checkEnvFromUnprefixed is the rule envfrom-unprefixed: whole ConfigMaps and Secrets
 // poured into a GPU container's environment.
 //
-// Fields read, in GPU containers (in the others the injected void wins over envFrom;
-// with injectVoid off, in every container):
+// Fields read, in GPU containers and KAI fraction containers (in the others the
+// injected void wins over envFrom; with injectVoid off, in every container),
+// but a KAI fraction container's own -evar ConfigMap, which only KAI's binder
+// may write:
 //   - envFrom[*].prefix, envFrom[*].configMapRef.name, envFrom[*].secretRef.name;
 //   - in inspect mode, the data of the referenced ConfigMap, each key judged as if it
 //     were an env entry by device-env and protected-env.
@@ -26,12 +28,14 @@ import (
 // A ConfigMap can change after admission: the node agent's volume-mounts or CDI
 // allocation, which env cannot override, is the real fix.
 func checkEnvFromUnprefixed(ev *evaluation, c *containerRef) {
-	if !c.gpu && ev.e.policy.Spec.InjectVoid {
+	gpu := ev.gpuFeatures(c)
+	if !gpu && ev.e.policy.Spec.InjectVoid {
 		return
 	}
 	treatment := ev.e.policy.Spec.Env.UnprefixedEnvFromOnGPU
+	kaiOwn := ev.kaiEnvVarConfigMap(c)
 	for i, src := range c.c.EnvFrom {
-		if src.Prefix != "" {
+		if src.Prefix != "" || (kaiOwn != "" && src.ConfigMapRef != nil && src.ConfigMapRef.Name == kaiOwn) {
 			continue
 		}
 		path := c.path().Child("envFrom").Index(i).String()
@@ -46,13 +50,14 @@ func checkEnvFromUnprefixed(ev *evaluation, c *containerRef) {
 			ev.report(RuleEnvFromUnprefixed, effectWarn, c, path,
 				"Secret %s is not checked; keep NVIDIA_ keys out of it", quote(src.SecretRef.Name))
 		case src.ConfigMapRef != nil:
-			ev.inspectConfigMap(c, path, src.ConfigMapRef.Name)
+			ev.inspectConfigMap(c, gpu, path, src.ConfigMapRef.Name)
 		}
 	}
 }
 
-// inspectConfigMap judges the keys of a ConfigMap poured into GPU container c.
-func (ev *evaluation) inspectConfigMap(c *containerRef, path, name string) {
+// inspectConfigMap judges the keys of a ConfigMap poured into container c,
+// as a GPU container where gpu is set.
+func (ev *evaluation) inspectConfigMap(c *containerRef, gpu bool, path, name string) {
 	var data map[string]string
 	err := ErrConfigMapNotFound
 	if ev.req.ConfigMaps != nil {
@@ -69,9 +74,9 @@ func (ev *evaluation) inspectConfigMap(c *containerRef, path, name string) {
 		return
 	}
 	for _, key := range slices.Sorted(maps.Keys(data)) {
-		problem := ev.e.protectedEnvProblem(c.gpu, key, data[key])
+		problem := ev.e.protectedEnvProblem(gpu, key, data[key])
 		if ev.e.isDeviceVar(key) {
-			problem = deviceEnvProblem(c.gpu, key, data[key])
+			problem = deviceEnvProblem(gpu, key, data[key])
 		}
 		if problem != "" {
 			ev.report(RuleEnvFromUnprefixed, effectDeny, c, path+".configMapRef",
@@ -93,12 +98,12 @@ func init() {
 		Trigger: func(in *CELInput) *CELTrigger {
 			pred := `has(c.envFrom) && c.envFrom.exists(f, !has(f.prefix) || f.prefix == "")`
 			if in.Policy.Spec.InjectVoid {
-				pred += " && (" + in.IsGPU + ")"
+				pred += " && (" + in.IsGPU + " || " + KAIFractionCEL(in.Policy) + ")"
 			}
 			return &CELTrigger{Container: pred}
 		},
 		Gap: "inspecting a ConfigMap's keys needs to read it; CEL sees only the pod (rendered only when the policy denies every unprefixed " +
-			"`envFrom` on GPU containers)",
+			"`envFrom` on GPU containers); KAI fraction containers are left to the webhook",
 		CEL: func(in *CELInput) *CELCheck {
 			if in.Policy.Spec.Env.UnprefixedEnvFromOnGPU != config.EnvFromDeny {
 				return nil

@@ -18,7 +18,8 @@ import (
 //
 // Allowed values:
 //   - containers without GPU resources: none of these variables;
-//   - GPU containers: only variables with allowOnGPUContainers, and then, if the
+//   - GPU containers (KAI fraction containers among them, with the
+//     integration on): only variables with allowOnGPUContainers, and then, if the
 //     entry lists allowedValues, a comma-separated value made of those items only
 //     (by default NVIDIA_DRIVER_CAPABILITIES with compute, compat32, graphics,
 //     utility, video, display, ngx, all).
@@ -30,7 +31,7 @@ func checkProtectedEnv(ev *evaluation, c *containerRef) {
 		if v.ValueFrom != nil {
 			continue
 		}
-		if problem := ev.e.protectedEnvProblem(c.gpu, v.Name, v.Value); problem != "" {
+		if problem := ev.e.protectedEnvProblem(ev.gpuFeatures(c), v.Name, v.Value); problem != "" {
 			ev.reportEnv(RuleProtectedEnv, c, i, "%s", problem)
 		}
 	}
@@ -76,7 +77,12 @@ func init() {
 				EnvNames: all}
 		},
 		CEL: func(in *CELInput) *CELCheck {
-			return &CELCheck{Plain: protectedEnvCEL(in, false), GPU: protectedEnvCEL(in, true),
+			// A KAI fraction container is judged as a GPU container.
+			plain := protectedEnvCEL(in, false)
+			if kai := KAIFractionCEL(in.Policy); kai != "false" {
+				plain = fmt.Sprintf(`(%s ? %s : %s)`, kai, protectedEnvCEL(in, true), plain)
+			}
+			return &CELCheck{Plain: plain, GPU: protectedEnvCEL(in, true),
 				Message: "sets a protected NVIDIA variable the policy does not allow it; remove it"}
 		},
 	})

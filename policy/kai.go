@@ -91,6 +91,46 @@ func (ev *evaluation) kaiFractionRef(c *containerRef, v *corev1.EnvVar) bool {
 	return ok && ref.Name == want
 }
 
+// kaiFraction reports whether container c, with the integration on, is a
+// KAI fraction container that takes its device list from KAI's ConfigMap:
+// it has no GPU limit, yet it gets a GPU, so the rules about what a GPU
+// container may ask of the driver (protected variables, envFrom, driver
+// capabilities) judge it as a GPU container.
+func (ev *evaluation) kaiFraction(c *containerRef) bool {
+	if !ev.e.policy.Spec.Integrations.KAIScheduler.Fractions {
+		return false
+	}
+	v, ok := EffectiveEnv(c.c, visibleDevices)
+	return ok && ev.kaiFractionRef(c, &v)
+}
+
+// gpuFeatures: container c gets a GPU, through a GPU limit or as a KAI
+// fraction container, and is judged by what a GPU container may ask for.
+func (ev *evaluation) gpuFeatures(c *containerRef) bool {
+	return c.gpu || ev.kaiFraction(c)
+}
+
+// kaiEnvVarConfigMap is the -evar ConfigMap KAI's admission pours into its
+// fraction container c, which only KAI's binder may write (the guard); ""
+// for any other container.
+func (ev *evaluation) kaiEnvVarConfigMap(c *containerRef) string {
+	if !ev.kaiFraction(c) {
+		return ""
+	}
+	name, _ := kaiConfigMapName(ev.t.meta.Annotations, ev.t.spec, c, ev.e.policy.Spec.Integrations.KAIScheduler.SchedulerNames)
+	return name + "-evar"
+}
+
+// KAIFractionCEL is kaiFraction over a container c of a pod object:
+// "false" with the integration off.
+func KAIFractionCEL(p *config.Policy) string {
+	if !p.Spec.Integrations.KAIScheduler.Fractions {
+		return "false"
+	}
+	entries, last := celexpr.LastEntry(visibleDevices)
+	return fmt.Sprintf(`(has(c.env) && size(%s) > 0 && %s)`, entries, KAIFractionRefCEL(p, last))
+}
+
 // kaiConfigMapName is the ConfigMap KAI's binder writes for container c; ok
 // is false unless c is the fraction container of a pod KAI will bind.
 func kaiConfigMapName(ann map[string]string, spec *corev1.PodSpec, c *containerRef, schedulers []string) (string, bool) {
