@@ -1,8 +1,11 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -22,13 +25,16 @@ type Limits struct {
 	MaxReviewBytes int64
 	// Wait is how long a review waits for room before it is turned away.
 	Wait time.Duration
+	// BodyRead bounds how long a review's body may take to arrive: a
+	// sender that stalls is cut off, so that idle connections hold nothing.
+	BodyRead time.Duration
 }
 
 // DefaultLimits suit the chart's 256 MiB webhook: at most five reviews of
 // the largest pods the API server stores (about 3 MiB each), and 256 of
 // ordinary ones.
 func DefaultLimits() Limits {
-	return Limits{MaxReviews: 256, MaxReviewBytes: 16 << 20, Wait: 250 * time.Millisecond}
+	return Limits{MaxReviews: 256, MaxReviewBytes: 16 << 20, Wait: 250 * time.Millisecond, BodyRead: 2 * time.Second}
 }
 
 // Validate rejects limits that would turn every review away.
@@ -74,8 +80,29 @@ func (g *gate) wrap(next http.Handler) http.Handler {
 			g.refuse(w, http.StatusServiceUnavailable, "no-policy", policysource.ErrNoPolicy.Error())
 			return
 		}
-		weight := g.weight(r)
-		release, ok := g.acquire(r.Context(), weight)
+		// The body is read before anything else is reserved, its bytes
+		// counted against MaxReviewBytes as they arrive, under a deadline: a
+		// connection that declares a large body and sends none holds
+		// nothing, and one that stalls is cut off (a declared length was
+		// reserved up front before, so three idle connections could turn
+		// every review away for as long as they stayed open).
+		rc := http.NewResponseController(w)
+		if g.limits.BodyRead > 0 {
+			_ = rc.SetReadDeadline(time.Now().Add(g.limits.BodyRead)) // unsupported only by tests' recorders
+		}
+		body, held, err := g.readBody(r)
+		defer g.bytes.Release(held)
+		switch {
+		case errors.Is(err, errOverloaded):
+			g.refuse(w, http.StatusTooManyRequests, "overloaded", "gpuguard webhook has too many review bytes in flight")
+			return
+		case err != nil:
+			g.refuse(w, http.StatusRequestTimeout, "slow-body", "admission review: reading the body: "+err.Error())
+			return
+		}
+		_ = rc.SetReadDeadline(time.Time{})
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		release, ok := g.acquire(r.Context())
 		if !ok {
 			g.refuse(w, http.StatusTooManyRequests, "overloaded", "gpuguard webhook has too many reviews in flight")
 			return
@@ -85,27 +112,51 @@ func (g *gate) wrap(next http.Handler) http.Handler {
 	})
 }
 
-// weight is what a review counts against the byte limit: its declared
-// length, or the most requireRequest reads when it declares none.
-func (g *gate) weight(r *http.Request) int64 {
-	if r.ContentLength >= 0 && r.ContentLength <= maxReviewBytes {
-		return max(r.ContentLength, 1)
+// errOverloaded: the bytes in flight are at MaxReviewBytes.
+var errOverloaded = errors.New("too many review bytes in flight")
+
+// readBody reads a review's body, at most one byte past maxReviewBytes
+// (requireRequest answers the rest), acquiring each chunk's bytes as it
+// arrives and waiting up to limits.Wait for room; held is what it
+// acquired, to be released once the review is answered.
+func (g *gate) readBody(r *http.Request) (body []byte, held int64, err error) {
+	if r.Body == nil {
+		return nil, 0, nil
 	}
-	return maxReviewBytes
+	defer r.Body.Close()
+	src := io.LimitReader(r.Body, maxReviewBytes+1)
+	chunk := make([]byte, 32<<10)
+	for {
+		n, rerr := src.Read(chunk)
+		if n > 0 {
+			if !g.bytes.TryAcquire(int64(n)) {
+				ctx, cancel := context.WithTimeout(r.Context(), g.limits.Wait)
+				aerr := g.bytes.Acquire(ctx, int64(n))
+				cancel()
+				if aerr != nil {
+					return nil, held, errOverloaded
+				}
+			}
+			held += int64(n)
+			body = append(body, chunk[:n]...)
+		}
+		switch {
+		case rerr == io.EOF:
+			return body, held, nil
+		case rerr != nil:
+			return nil, held, rerr
+		}
+	}
 }
 
-// acquire waits up to limits.Wait for room for one review of weight bytes.
-func (g *gate) acquire(ctx context.Context, weight int64) (release func(), ok bool) {
+// acquire waits up to limits.Wait for room for one more review.
+func (g *gate) acquire(ctx context.Context) (release func(), ok bool) {
 	ctx, cancel := context.WithTimeout(ctx, g.limits.Wait)
 	defer cancel()
 	if err := g.reviews.Acquire(ctx, 1); err != nil {
 		return nil, false
 	}
-	if err := g.bytes.Acquire(ctx, weight); err != nil {
-		g.reviews.Release(1)
-		return nil, false
-	}
-	return func() { g.bytes.Release(weight); g.reviews.Release(1) }, true
+	return func() { g.reviews.Release(1) }, true
 }
 
 func (g *gate) refuse(w http.ResponseWriter, status int, reason, msg string) {

@@ -1,13 +1,17 @@
 package webhook
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,4 +143,75 @@ func TestFloodedPodGetsABoundedDenial(t *testing.T) {
 func bufferLogger(buf *bytes.Buffer) logr.Logger {
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(buf), zapcore.DebugLevel)
 	return zapr.NewLogger(zap.New(core))
+}
+
+// TestIdleConnectionsHoldNoReviewBytes: three connections that declare
+// 7, 7 and 2 MiB bodies and send none (16 MiB, all of MaxReviewBytes) do not
+// turn other reviews away, and are cut off at the body deadline. When the
+// gate reserved the declared length up front, every other review got 429
+// for as long as they stayed open.
+func TestIdleConnectionsHoldNoReviewBytes(t *testing.T) {
+	g := newGate(Limits{MaxReviews: 16, MaxReviewBytes: 16 << 20, Wait: 100 * time.Millisecond, BodyRead: 2 * time.Second},
+		func() bool { return true }, make(chan struct{}), NewMetrics())
+	srv := httptest.NewUnstartedServer(g.wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })))
+	var active atomic.Int32 // connections that have sent a request's first bytes
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateActive {
+			active.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	var idle []net.Conn
+	for _, size := range []int{7 << 20, 7 << 20, 2 << 20} {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := fmt.Fprintf(c, "POST /validate HTTP/1.1\r\nHost: gpuguard\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size); err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	if !waitFor(10*time.Second, func() bool { return active.Load() >= 3 }) {
+		t.Fatalf("%d of the 3 idle connections reached the server", active.Load())
+	}
+	// The idle requests' handlers have started: wait until they could
+	// have reserved their declared bytes (the whole limit), if they do.
+	_ = waitFor(time.Second, func() bool {
+		if g.bytes.TryAcquire(16 << 20) {
+			g.bytes.Release(16 << 20)
+			return false
+		}
+		return true
+	})
+	resp, err := http.Post(srv.URL+"/validate", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a review beside three idle connections: HTTP %d, want 200", resp.StatusCode)
+	}
+	// The idle connections are answered and closed at the body deadline.
+	for _, c := range idle {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil || !strings.Contains(line, "408") {
+			t.Errorf("an idle connection got %q (%v), want HTTP 408 at the body deadline", line, err)
+		}
+	}
+}
+
+// waitFor polls cond until it holds or timeout passes; false on timeout.
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }

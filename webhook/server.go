@@ -318,6 +318,9 @@ func (o Options) limits() Limits {
 	if l.Wait == 0 {
 		l.Wait = d.Wait
 	}
+	if l.BodyRead == 0 {
+		l.BodyRead = d.BodyRead
+	}
 	return l
 }
 

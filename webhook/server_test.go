@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -269,4 +270,42 @@ func (s *server) admit(t *testing.T, d manifest.Document) (allowed bool, patch [
 		message = validated.Result.Message
 	}
 	return validated.Allowed, patch, warnings, message
+}
+
+// TestIdleTLSConnectionsDoNotStarveReviews: on the real server and real TLS,
+// three connections that declare 7, 7 and 2 MiB review bodies (the whole
+// default byte limit) and send none leave other reviews their answers, and
+// are answered 408 at the body deadline. Reserving declared lengths, the
+// gate once turned every review away while they stayed open.
+func TestIdleTLSConnectionsDoNotStarveReviews(t *testing.T) {
+	s := startServer(t, BuiltinPolicy)
+	addr := strings.TrimPrefix(s.base, "https://")
+	var idle []*tls.Conn
+	for _, size := range []int{7 << 20, 7 << 20, 2 << 20} {
+		c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: s.pool, NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: gpuguard\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", ValidatePath, size); err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	leak := pod(container("app", false, all))
+	d := manifest.Document{GVK: leak.GroupVersionKind(), Meta: leak.ObjectMeta}
+	// Each review is answered with a verdict, not the gate's 429, while
+	// the idle connections stay open.
+	for range 5 {
+		if resp := s.post(t, ValidatePath, createRequest(t, d, leak)); resp.Allowed || !strings.Contains(resp.Result.Message, "[device-env]") {
+			t.Fatalf("a review beside idle connections: %+v", resp)
+		}
+	}
+	for _, c := range idle {
+		_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil || !strings.Contains(line, "408") {
+			t.Errorf("an idle connection got %q (%v), want HTTP 408 at the body deadline", line, err)
+		}
+	}
 }

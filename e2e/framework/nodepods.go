@@ -90,6 +90,40 @@ func (n *Node) RunProbe(ctx context.Context, ns string, pod *corev1.Pod) (ProbeR
 	return report, done, nil
 }
 
+// RunProbeContainer creates the pod, waits until its container named
+// container has ended (the pod's other containers may hold) and returns
+// what that container saw, with the pod as it was then.
+func (n *Node) RunProbeContainer(ctx context.Context, ns string, pod *corev1.Pod, container string) (ProbeReport, *corev1.Pod, error) {
+	pods := n.cp.Client.CoreV1().Pods(ns)
+	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return ProbeReport{}, nil, err
+	}
+	var done *corev1.Pod
+	var ended *corev1.ContainerStateTerminated
+	err = Poll(ctx, 2*time.Minute, func() (bool, error) {
+		p, err := pods.Get(ctx, created.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		done = p
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Name == container && cs.State.Terminated != nil {
+				ended = cs.State.Terminated
+			}
+		}
+		return ended != nil, nil
+	})
+	if err != nil {
+		return ProbeReport{}, done, fmt.Errorf("container %s of pod %s/%s did not end: %w\nstatus: %s\n%s", container, ns, pod.Name, err, statusJSON(done), n.LogTails())
+	}
+	var r ProbeReport
+	if ended.ExitCode != 0 {
+		return r, done, fmt.Errorf("container %s of pod %s/%s exited %d\nstatus: %s", container, ns, pod.Name, ended.ExitCode, statusJSON(done))
+	}
+	return r, done, json.Unmarshal([]byte(ended.Message), &r)
+}
+
 func probeReport(p *corev1.Pod) (ProbeReport, error) {
 	var r ProbeReport
 	for _, cs := range p.Status.ContainerStatuses {

@@ -3,6 +3,7 @@
 package node
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -67,4 +68,49 @@ func testHostRootPinned(t *testing.T) {
 	if !strings.Contains(report.Connect, "permission denied") {
 		t.Errorf("connecting to containerd's socket: %q, want permission denied", report.Connect)
 	}
+}
+
+// hostPIDSidecarPod is a pod sharing the node's process namespace: an
+// exporter gpuguard would admit alone (the host's / read-only as
+// nobody:nogroup, groups pinned, nothing to escalate with), held running,
+// and a root sidecar beside it that takes the exporter's user and group,
+// keeps root's group, and connects to the runtime's socket through the
+// exporter's /proc/PID/root.
+func hostPIDSidecarPod(prefix string) *corev1.Pod {
+	p := hostRootPod(prefix)
+	gid, root := int64(65534), int64(0)
+	strict := corev1.SupplementalGroupsPolicyStrict
+	p.Spec.HostPID = true
+	p.Spec.SecurityContext.RunAsGroup = &gid
+	p.Spec.SecurityContext.SupplementalGroupsPolicy = &strict
+	exporter := p.Spec.Containers[0]
+	exporter.Name = "exporter"
+	exporter.Env = append(exporter.Env, corev1.EnvVar{Name: "PROBE_HOLD", Value: "1"})
+	sidecar := corev1.Container{Name: "sidecar", Image: framework.ProbeImage, ImagePullPolicy: corev1.PullNever,
+		SecurityContext: &corev1.SecurityContext{RunAsUser: &root, RunAsGroup: &root},
+		Env:             []corev1.EnvVar{{Name: "PROBE_ENTER_UID", Value: "65534"}, {Name: "PROBE_CONNECT", Value: "/host" + s.node.ContainerdSocket()}}}
+	p.Spec.Containers = []corev1.Container{sidecar, exporter}
+	return p
+}
+
+// testHostPIDSidecarReachesRuntime is the baseline: without gpuguard the
+// root sidecar reaches the socket the exporter's pinned groups keep from
+// the exporter itself.
+func testHostPIDSidecarReachesRuntime(t *testing.T) {
+	ctx := context.Background()
+	p := hostPIDSidecarPod("hostpid-sidecar")
+	report, _, err := s.node.RunProbeContainer(ctx, tenantNS, p, "sidecar")
+	t.Cleanup(func() { _ = s.node.DeletePod(ctx, tenantNS, p.Name) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.Connect != "ok" {
+		t.Errorf("without gpuguard the hostPID root sidecar's connect says %q; want a connection, or this node does not show the threat", report.Connect)
+	}
+}
+
+// testHostPIDSidecarDenied: gpuguard denies the pod (namespace-entry), so
+// the sidecar never runs to connect.
+func testHostPIDSidecarDenied(t *testing.T) {
+	expectDenied(t, create(t, tenantNS, hostPIDSidecarPod("hostpid-sidecar")), "namespace-entry")
 }
