@@ -786,15 +786,16 @@ func TestRBAC(t *testing.T) {
 			want = append(want, rbacRule{ns, "coordination.k8s.io", "leases", "create", ""},
 				rbacRule{ns, "coordination.k8s.io", "leases", "get", "gpuguard-audit"}, rbacRule{ns, "coordination.k8s.io", "leases", "update", "gpuguard-audit"})
 			// The CEL backstop (every case renders for a 1.37 cluster).
+			// Every grant on admission policies names its object, create
+			// included: none may write admission configuration of any name.
 			for _, res := range []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings", "mutatingadmissionpolicies", "mutatingadmissionpolicybindings"} {
-				want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, "create", ""})
-				for _, v := range []string{"get", "patch", "update"} {
+				for _, v := range []string{"get", "create", "patch"} {
 					want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, v, "gpuguard-backstop"})
 				}
 			}
 			// The KAI integration's ConfigMap guard, deleted while it is off.
 			for _, res := range []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"} {
-				for _, v := range []string{"get", "patch", "update", "delete"} {
+				for _, v := range []string{"get", "create", "patch", "delete"} {
 					want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, v, "gpuguard-backstop-kai-configmaps"})
 				}
 			}
@@ -815,6 +816,17 @@ func TestRBAC(t *testing.T) {
 					rbacRule{ns, "", "secrets", "list", ""},
 					rbacRule{ns, "", "secrets", "watch", ""},
 					rbacRule{ns, "", "secrets", "update", "gpuguard-webhook-tls"})
+			}
+			// Whatever the lists above say: no account of gpuguard's may write
+			// admission configuration of any name, which would let it mutate
+			// or admit anything.
+			for sa, grants := range got {
+				for _, g := range grants {
+					f := strings.Fields(g) // scope, group/resource, verb[, name]
+					if len(f) == 3 && strings.HasPrefix(f[1], "admissionregistration.k8s.io/") && slices.Contains([]string{"create", "patch", "update", "delete"}, f[2]) {
+						t.Errorf("%s may %s admission configuration of any name: %s", sa, f[2], g)
+					}
+				}
 			}
 			checkGrants(t, "gpuguard-webhook", got["gpuguard-webhook"], want)
 			var agentWant []rbacRule

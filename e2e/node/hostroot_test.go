@@ -78,7 +78,7 @@ func testHostRootPinned(t *testing.T) {
 // exporter's /proc/PID/root.
 func hostPIDSidecarPod(prefix string) *corev1.Pod {
 	p := hostRootPod(prefix)
-	gid, root := int64(65534), int64(0)
+	gid, root, rootAllowed := int64(65534), int64(0), false
 	strict := corev1.SupplementalGroupsPolicyStrict
 	p.Spec.HostPID = true
 	p.Spec.SecurityContext.RunAsGroup = &gid
@@ -87,7 +87,7 @@ func hostPIDSidecarPod(prefix string) *corev1.Pod {
 	exporter.Name = "exporter"
 	exporter.Env = append(exporter.Env, corev1.EnvVar{Name: "PROBE_HOLD", Value: "1"})
 	sidecar := corev1.Container{Name: "sidecar", Image: framework.ProbeImage, ImagePullPolicy: corev1.PullNever,
-		SecurityContext: &corev1.SecurityContext{RunAsUser: &root, RunAsGroup: &root},
+		SecurityContext: &corev1.SecurityContext{RunAsUser: &root, RunAsGroup: &root, RunAsNonRoot: &rootAllowed},
 		Env:             []corev1.EnvVar{{Name: "PROBE_ENTER_UID", Value: "65534"}, {Name: "PROBE_CONNECT", Value: "/host" + s.node.ContainerdSocket()}}}
 	p.Spec.Containers = []corev1.Container{sidecar, exporter}
 	return p
