@@ -1057,7 +1057,8 @@ func checkVerifier(t *testing.T, as corev1.PodSpec, mode string) {
 	}
 }
 
-// TestAgentVerifierModes: enforce adds evictions to the agent's grants, off
+// TestAgentVerifierModes: enforce adds pod deletion (not eviction, which a
+// PodDisruptionBudget holds back) to the agent's grants, off
 // takes away the token, the host PID namespace and the grants; the GPU
 // Operator preset adds the operator's namespace to the verifier's exempt ones.
 func TestAgentVerifierModes(t *testing.T) {
@@ -1068,7 +1069,7 @@ func TestAgentVerifierModes(t *testing.T) {
 		token        bool
 	}{
 		{"enforce", "agent: {verify: {mode: enforce}}", []string{"cluster /clusterreports create", "cluster /clusterreports get", "cluster /clusterreports update",
-			"cluster /events create", "cluster /nodes get", "cluster /pods get", "cluster /pods/eviction create"}, true},
+			"cluster /events create", "cluster /nodes get", "cluster /pods delete", "cluster /pods get"}, true},
 		{"off", "agent: {verify: {mode: off}}", nil, false},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {

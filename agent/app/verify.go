@@ -49,9 +49,6 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 	}
 	interval := a.cfg.VerifyInterval
 	rep := &verifier.Reporter{Mode: a.cfg.Verify, Log: a.log.WithName("verify"), Metrics: a.verifyMetrics}
-	if a.kube != nil {
-		rep.Actions = verifier.Kube{Client: a.kube, Node: a.cfg.NodeName}
-	}
 	if a.reports != nil {
 		rep.Node = &verifier.NodeReport{Client: a.reports, Node: a.cfg.NodeName, Nodes: a.kube}
 	}
@@ -66,6 +63,14 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 		// by cgroup.
 		Processes: verifier.NVMLProcesses{Lib: a.backend.Lib, GPUs: inv.GPUs},
 		Self:      verifier.ContainerKey{Namespace: os.Getenv("POD_NAMESPACE"), Pod: os.Getenv("POD_NAME")},
+	}
+	if a.kube != nil {
+		rep.Actions = verifier.Kube{Client: a.kube, Node: a.cfg.NodeName, Runtime: func() verifier.ContainerStopper {
+			if cri, ok := v.Containers.(*verifier.CRI); ok {
+				return cri
+			}
+			return nil
+		}}
 	}
 	// The policy's exemptions, read again every pass; service accounts of
 	// pods with findings are read from the API server and kept.
@@ -161,7 +166,7 @@ func apiClients(cfg Config) (kubernetes.Interface, dynamic.Interface, error) {
 	case err != nil:
 		return nil, nil, err
 	case rc == nil && cfg.Verify == verifier.ModeEnforce:
-		return nil, nil, fmt.Errorf("--verify=enforce evicts through the API server: run in a cluster or pass --kubeconfig")
+		return nil, nil, fmt.Errorf("--verify=enforce deletes pods through the API server: run in a cluster or pass --kubeconfig")
 	case rc == nil && cfg.Reports:
 		return nil, nil, fmt.Errorf("--reports writes a ClusterReport through the API server: run in a cluster or pass --kubeconfig")
 	case rc == nil:

@@ -162,6 +162,12 @@ func (c *CRI) forget(live map[string]bool) {
 	}
 }
 
+// StopContainer stops a container at once: a timeout of 0 is SIGKILL, with
+// no grace for a process that ignores SIGTERM.
+func (c *CRI) StopContainer(ctx context.Context, id string) error {
+	return c.rs.StopContainer(ctx, id, 0)
+}
+
 // Close closes the connection to the runtime.
 func (c *CRI) Close() error {
 	if closer, ok := c.rs.(interface{ Close(context.Context) error }); ok {

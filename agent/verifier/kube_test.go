@@ -2,6 +2,7 @@ package verifier
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -38,32 +39,58 @@ func TestKubeEventNamesTheContainerAndGPU(t *testing.T) {
 	}
 }
 
-func TestKubeEvictHonoursDisruptionBudgets(t *testing.T) {
-	f := Finding{Container: Container{PodUID: "u1", Key: key("team-a", "leak", "main")}}
+// stopRecorder records the containers the runtime was asked to stop.
+type stopRecorder struct {
+	stopped []string
+	err     error
+}
+
+func (r *stopRecorder) StopContainer(_ context.Context, id string) error {
+	r.stopped = append(r.stopped, id)
+	return r.err
+}
+
+// TestKubeStopKillsThenDeletes: the container is stopped through the
+// runtime and the pod deleted with a one-second grace and its UID as a
+// precondition, never through the Eviction API that a PodDisruptionBudget
+// holds back; a pod gone or replaced is no error, a refusal is.
+func TestKubeStopKillsThenDeletes(t *testing.T) {
+	f := Finding{Container: Container{ID: "c1", PodUID: "u1", Key: key("team-a", "leak", "main")}}
 	for _, c := range []struct {
-		name    string
-		err     error
-		refused bool
-		fails   bool
+		name  string
+		err   error
+		fails bool
 	}{
-		{"evicted", nil, false, false},
-		{"a PodDisruptionBudget holds it", apierrors.NewTooManyRequests("disruption budget", 10), true, false},
-		{"gone already", apierrors.NewNotFound(schemaPods, "leak"), false, false},
-		{"forbidden", apierrors.NewForbidden(schemaPods, "leak", nil), false, true},
+		{"deleted", nil, false},
+		{"gone already", apierrors.NewNotFound(schemaPods, "leak"), false},
+		{"replaced (another UID)", apierrors.NewConflict(schemaPods, "leak", nil), false},
+		{"forbidden", apierrors.NewForbidden(schemaPods, "leak", nil), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			client := fake.NewClientset()
-			var sent bool
+			var deleted *metav1.DeleteOptions
 			client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 				if a.GetSubresource() == "eviction" {
-					sent = true
-					return true, nil, c.err
+					t.Error("an eviction was sent: a PodDisruptionBudget could hold it back")
 				}
 				return false, nil, nil
 			})
-			refused, err := Kube{Client: client}.Evict(context.Background(), f)
-			if !sent || refused != c.refused || (err != nil) != c.fails {
-				t.Errorf("sent=%v refused=%v err=%v; want sent, refused=%v, fails=%v", sent, refused, err, c.refused, c.fails)
+			client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				opts := a.(k8stesting.DeleteActionImpl).GetDeleteOptions()
+				deleted = &opts
+				return true, nil, c.err
+			})
+			rt := &stopRecorder{}
+			err := Kube{Client: client, Runtime: func() ContainerStopper { return rt }}.Stop(context.Background(), f)
+			if (err != nil) != c.fails {
+				t.Errorf("err = %v, want failure %v", err, c.fails)
+			}
+			if !slices.Equal(rt.stopped, []string{"c1"}) {
+				t.Errorf("runtime stopped %v, want [c1]", rt.stopped)
+			}
+			if deleted == nil || deleted.GracePeriodSeconds == nil || *deleted.GracePeriodSeconds != 1 ||
+				deleted.Preconditions == nil || deleted.Preconditions.UID == nil || *deleted.Preconditions.UID != "u1" {
+				t.Errorf("delete options %+v, want a 1 s grace and UID u1 as precondition", deleted)
 			}
 		})
 	}

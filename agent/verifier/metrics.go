@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		Evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuguard_agent_verify_evictions_total",
-			Help: "Pods the verifier evicted in enforce mode, by result (evicted, refused, error).",
+			Help: "Containers the verifier stopped in enforce mode (through the runtime, then deleting the pod outside the Eviction API), by result (stopped, error).",
 		}, []string{"result"}),
 	}
 	m.Unverified = prometheus.NewGaugeVec(prometheus.GaugeOpts{

@@ -10,14 +10,14 @@ import (
 )
 
 // Actions are what the verifier does about a finding beyond logs and
-// metrics: a Kubernetes Event on the pod, and in enforce mode an eviction.
-// Nil when the agent has no API access.
+// metrics: a Kubernetes Event on the pod, and in enforce mode stopping the
+// container and deleting its pod. Nil when the agent has no API access.
 type Actions interface {
 	// Event records the new findings of one container in one Event.
 	Event(ctx context.Context, findings []Finding) error
-	// Evict evicts the pod through the Eviction API; refused is true when a
-	// PodDisruptionBudget holds it back (it is tried again next pass).
-	Evict(ctx context.Context, f Finding) (refused bool, err error)
+	// Stop ends the finding's container at once and deletes its pod,
+	// outside the Eviction API (Kube.Stop says why).
+	Stop(ctx context.Context, f Finding) error
 }
 
 // Reporter records passes: a JSON log line per new finding, the metrics,
@@ -35,9 +35,7 @@ type Reporter struct {
 	// A runtime or kubelet that stays away, a ClusterReport that cannot be
 	// written, NVML without a process view: each logged once, not every pass.
 	passErr, reportErr, processesErr onceErr
-	// evicted holds the UIDs of pods already evicted: a terminating pod is not
-	// evicted again every pass (a DaemonSet's replacement has a new UID).
-	evicted map[string]bool
+
 }
 
 // Report takes one pass (or the error that stopped it).
@@ -67,11 +65,8 @@ func (r *Reporter) Report(ctx context.Context, p Pass, err error) {
 	r.Metrics.Containers.Set(float64(p.Containers))
 	r.Metrics.setFindings(p.Findings)
 	live := map[string]bool{}
-	if r.evicted == nil {
-		r.evicted = map[string]bool{}
-	}
-	running := map[string]bool{}
-	var fresh []Finding // new findings, one container's after another
+	stopped := map[string]bool{} // containers stopped this pass
+	var fresh []Finding          // new findings, one container's after another
 	for _, f := range p.Findings {
 		key := f.Container.ID + "/" + f.GPU.UUID
 		live[key] = true
@@ -81,14 +76,11 @@ func (r *Reporter) Report(ctx context.Context, p Pass, err error) {
 				fresh = append(fresh, f)
 			}
 		}
-		running[f.Container.PodUID] = true
-		if f.Exempt == "" && r.Mode == ModeEnforce && !r.evicted[f.Container.PodUID] && r.Actions != nil {
-			r.evicted[f.Container.PodUID] = r.evict(ctx, f)
-		}
-	}
-	for uid := range r.evicted {
-		if !running[uid] {
-			delete(r.evicted, uid)
+		// Acted on every pass while the finding stands: a container the
+		// kubelet restarts is stopped again.
+		if f.Exempt == "" && r.Mode == ModeEnforce && !stopped[f.Container.ID] && r.Actions != nil {
+			stopped[f.Container.ID] = true
+			r.stop(ctx, f)
 		}
 	}
 	for _, c := range p.Unverifiable {
@@ -132,24 +124,18 @@ func (r *Reporter) logFinding(f Finding) {
 	r.Log.Info("FINDING: container reaches a GPU it was not allocated", append(kv, "mode", r.Mode)...)
 }
 
-// evict evicts the finding's pod and reports whether it was: a refused or
-// failed eviction is tried again next pass.
-func (r *Reporter) evict(ctx context.Context, f Finding) bool {
+// stop ends the finding's container and deletes its pod; a failure is
+// logged and counted, and tried again next pass while the finding stands.
+func (r *Reporter) stop(ctx context.Context, f Finding) {
 	k := f.Container.Key
-	refused, err := r.Actions.Evict(ctx, f)
-	switch {
-	case err != nil:
+	if err := r.Actions.Stop(ctx, f); err != nil {
 		r.Metrics.Evictions.WithLabelValues("error").Inc()
-		r.Log.Error(err, "cannot evict a pod that reaches a GPU it was not allocated", "namespace", k.Namespace, "pod", k.Pod)
-		return false
-	case refused:
-		r.Metrics.Evictions.WithLabelValues("refused").Inc()
-		r.Log.Info("eviction refused (a PodDisruptionBudget holds the pod); trying again next pass", "namespace", k.Namespace, "pod", k.Pod)
-		return false
+		r.Log.Error(err, "cannot stop a container that reaches a GPU it was not allocated; trying again next pass", "namespace", k.Namespace, "pod", k.Pod)
+		return
 	}
-	r.Metrics.Evictions.WithLabelValues("evicted").Inc()
-	r.Log.Info("evicted a pod that reaches a GPU it was not allocated", "namespace", k.Namespace, "pod", k.Pod, "gpu", f.GPU.UUID)
-	return true
+	r.Metrics.Evictions.WithLabelValues("stopped").Inc()
+	r.Log.Info("stopped a container that reaches a GPU it was not allocated, and deleted its pod", "namespace", k.Namespace, "pod", k.Pod,
+		"container", k.Container, "gpu", f.GPU.UUID)
 }
 
 // Message is the human sentence of one container's findings, for Events.

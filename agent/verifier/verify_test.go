@@ -181,8 +181,7 @@ func TestCheckComparesReachWithAllocation(t *testing.T) {
 }
 
 type recordedActions struct {
-	events, evictions []string
-	refuse            bool
+	events, stops []string
 }
 
 func (r *recordedActions) Event(_ context.Context, findings []Finding) error {
@@ -194,9 +193,9 @@ func (r *recordedActions) Event(_ context.Context, findings []Finding) error {
 	return nil
 }
 
-func (r *recordedActions) Evict(_ context.Context, f Finding) (bool, error) {
-	r.evictions = append(r.evictions, f.Container.Key.String())
-	return r.refuse, nil
+func (r *recordedActions) Stop(_ context.Context, f Finding) error {
+	r.stops = append(r.stops, f.Container.Key.String())
+	return nil
 }
 
 func TestReporter(t *testing.T) {
@@ -223,12 +222,14 @@ func TestReporter(t *testing.T) {
 			if want := []string{"team-a/leak/main@GPU-0,GPU-1"}; !slices.Equal(acts.events, want) {
 				t.Errorf("events %v, want %v: one per container for its new findings, none for the exempt pod", acts.events, want)
 			}
-			wantEvictions := 0
+			var wantStops []string
 			if mode == ModeEnforce {
-				wantEvictions = 1 // once: the pod terminating is not evicted again
+				// Once a pass while the finding stands (a container the
+				// kubelet restarts is stopped again), once for its two GPUs.
+				wantStops = []string{leak.Key.String(), leak.Key.String()}
 			}
-			if len(acts.evictions) != wantEvictions || (wantEvictions > 0 && acts.evictions[0] != leak.Key.String()) {
-				t.Errorf("evictions %v, want %d of %s", acts.evictions, wantEvictions, leak.Key)
+			if !slices.Equal(acts.stops, wantStops) {
+				t.Errorf("stops %v, want %v", acts.stops, wantStops)
 			}
 			r.Report(context.Background(), Pass{Containers: 2}, nil)
 			if n := testutil.CollectAndCount(r.Metrics.Unallocated); n != 0 {

@@ -76,6 +76,14 @@ func (n *Node) AgentLog() string {
 	return string(data)
 }
 
+// AgentLogTail is the end of the agent's log, for failure messages.
+func (n *Node) AgentLogTail() string {
+	if n.agent == nil {
+		return "(no agent running)"
+	}
+	return Tail(n.agent.Log)
+}
+
 // registrations counts the agent's successful registrations so far.
 func (n *Node) registrations() int {
 	if n.agent == nil {

@@ -25,7 +25,8 @@ import (
 // the toolkit keeps its defaults.
 var (
 	typical = framework.NodeProfile{Strategy: "envvar"}
-	// typicalEnforcing is the typical node with the agent's verifier evicting.
+	// typicalEnforcing is the typical node with the agent's verifier stopping
+	// leaking containers.
 	typicalEnforcing = framework.NodeProfile{Strategy: "envvar", Verify: "enforce"}
 	hardenedMount    = framework.NodeProfile{Hardened: true, Strategy: "volume-mounts"}
 	hardenedCDIAn    = framework.NodeProfile{Hardened: true, Strategy: "cdi-annotations"}
@@ -66,7 +67,7 @@ func TestNode(t *testing.T) {
 		t.Run("widening a GPU pod's allocation is denied", testWideningDenied)
 		t.Run("hardening report says not hardened", testReportNotHardened)
 		apply(t, typicalEnforcing)
-		t.Run("the verifier in enforce mode evicts a leaking pod", testVerifierEnforceEvicts)
+		t.Run("the verifier in enforce mode stops a leaking pod despite its PodDisruptionBudget and grace period", testVerifierEnforceStops)
 	})
 	t.Run("hardened node", func(t *testing.T) {
 		apply(t, hardenedMount)

@@ -11,11 +11,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
@@ -61,7 +63,7 @@ func testVerifierFinds(ns string, leak func() *corev1.Pod, gpu func(prefix strin
 		if err != nil {
 			m, _ := s.node.AgentMetrics(ctx)
 			t.Fatalf("the verifier did not find %s/%s reaching all %d GPUs within %v: %s = %v\n%s", ns, leaking.Name,
-				len(s.node.GPUs), verifyDeadline, series, m[series], framework.Tail(s.node.AgentLog()))
+				len(s.node.GPUs), verifyDeadline, series, m[series], s.node.AgentLogTail())
 		}
 		waitPasses(t, 2) // both pods ran through at least one whole pass
 		m, err := s.node.AgentMetrics(ctx)
@@ -207,37 +209,47 @@ func testTimeSlicedShares(t *testing.T) {
 	}
 }
 
-// testVerifierEnforceEvicts: in enforce mode the leaking pod is evicted.
-func testVerifierEnforceEvicts(t *testing.T) {
+// testVerifierEnforceStops: in enforce mode the leaking container is
+// stopped and its pod deleted within a pass, although the tenant did what
+// held back an eviction: a PodDisruptionBudget allowing no disruption, a
+// year's grace period, and a process that ignores SIGTERM.
+func testVerifierEnforceStops(t *testing.T) {
 	ctx := context.Background()
-	// Not waited for as running: on a container start event the verifier may
-	// evict it before a poll sees it run.
 	leaking := envLeak()
-	leaking.Spec.Containers[0].Env = append(leaking.Spec.Containers[0].Env, corev1.EnvVar{Name: "PROBE_HOLD", Value: "1"})
+	year := int64(365 * 24 * 3600)
+	leaking.Labels = map[string]string{"app": "verify-env-leak"}
+	leaking.Spec.TerminationGracePeriodSeconds = &year
+	leaking.Spec.Containers[0].Env = append(leaking.Spec.Containers[0].Env, corev1.EnvVar{Name: "PROBE_IGNORE_TERM", Value: "1"})
+	none := intstr.FromInt32(0)
+	pdbs := s.cp.Client.PolicyV1().PodDisruptionBudgets(exemptNS)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "verify-env-leak"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &none, Selector: &metav1.LabelSelector{MatchLabels: leaking.Labels}}}
+	if _, err := pdbs.Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pdbs.Delete(ctx, pdb.Name, metav1.DeleteOptions{}) })
+	// Not waited for as running: on a container start event the verifier may
+	// stop it before a poll sees it run.
 	pods := s.cp.Client.CoreV1().Pods(exemptNS)
 	if _, err := pods.Create(ctx, leaking, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.node.DeletePod(ctx, exemptNS, leaking.Name) })
 	err := framework.Poll(ctx, verifyDeadline, func() (bool, error) {
-		p, err := pods.Get(ctx, leaking.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return err == nil && p.DeletionTimestamp != nil, nil
+		_, err := pods.Get(ctx, leaking.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
 	})
 	if err != nil {
-		t.Fatalf("the verifier did not evict %s within %v\n%s", leaking.Name, verifyDeadline, framework.Tail(s.node.AgentLog()))
+		t.Fatalf("%s is still there after %v: the verifier did not stop it past its budget and grace period\n%s",
+			leaking.Name, verifyDeadline, s.node.AgentLogTail())
 	}
-	// Counted once the Eviction API has answered, which may be a moment
-	// after the pod shows its deletion.
-	const evicted = `gpuguard_agent_verify_evictions_total{result="evicted"}`
+	const stopped = `gpuguard_agent_verify_evictions_total{result="stopped"}`
 	err = framework.Poll(ctx, verifyDeadline, func() (bool, error) {
 		m, err := s.node.AgentMetrics(ctx)
-		return err == nil && m[evicted] >= 1, nil
+		return err == nil && m[stopped] >= 1, nil
 	})
 	if err != nil {
-		t.Errorf("the eviction was not counted")
+		t.Errorf("the stop was not counted")
 	}
 }
 
@@ -272,7 +284,7 @@ func waitPasses(t *testing.T, n float64) {
 		return err == nil && m[passes] >= start+n, nil
 	})
 	if err != nil {
-		t.Fatalf("the verifier completed no %v passes: %v\n%s", n, err, framework.Tail(s.node.AgentLog()))
+		t.Fatalf("the verifier completed no %v passes: %v\n%s", n, err, s.node.AgentLogTail())
 	}
 }
 

@@ -6,7 +6,8 @@
 // /dev/termination-log, which the kubelet copies into the pod's status: the
 // NVIDIA_* variables, the entries under /var/run/nvidia-container-devices
 // (the volume-mounts device list) and the /dev/nvidia* nodes it can see.
-// With PROBE_HOLD set it keeps running afterwards, for the node verifier.
+// With PROBE_HOLD set it keeps running afterwards, for the node verifier;
+// with PROBE_IGNORE_TERM, it ignores SIGTERM too.
 // It also reports its groups (the primary one first) and, with
 // PROBE_CONNECT naming a unix socket, whether it could connect to it; with
 // PROBE_ENTER_UID too, it connects to that socket as another probe process
@@ -63,6 +64,13 @@ func main() {
 	if err := os.WriteFile("/dev/termination-log", out, 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "writing the termination log:", err)
 		os.Exit(1)
+	}
+	if os.Getenv("PROBE_IGNORE_TERM") != "" {
+		// A workload that will not stop when asked: only SIGKILL ends it.
+		signal.Ignore(syscall.SIGTERM, syscall.SIGINT)
+		for {
+			time.Sleep(time.Hour) // a bare select{} would be a deadlock to the runtime
+		}
 	}
 	if os.Getenv("PROBE_HOLD") != "" {
 		// Keep running, as a workload would, until the kubelet stops it.
