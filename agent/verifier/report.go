@@ -35,7 +35,6 @@ type Reporter struct {
 	// A runtime or kubelet that stays away, a ClusterReport that cannot be
 	// written, NVML without a process view: each logged once, not every pass.
 	passErr, reportErr, processesErr onceErr
-
 }
 
 // Report takes one pass (or the error that stopped it).
