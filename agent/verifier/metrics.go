@@ -49,7 +49,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) setFindings(findings []Finding) {
 	counts := map[ContainerKey]float64{}
 	for _, f := range findings {
-		if f.Exempt == "" {
+		// Unverifiable containers have their own gauge: how many GPUs they
+		// reach is unknown.
+		if f.Exempt == "" && f.SeenBy != SeenByUnverifiable {
 			counts[f.Container.Key]++
 		}
 	}

@@ -52,12 +52,6 @@ func (r *Reporter) Report(ctx context.Context, p Pass, err error) {
 	r.Metrics.Passes.WithLabelValues("ok").Inc()
 	r.Metrics.Unverified.WithLabelValues("gone").Set(float64(p.Skipped))
 	r.Metrics.Unverified.WithLabelValues("dev-too-large").Set(float64(len(p.Unverifiable)))
-	for _, c := range p.Unverifiable {
-		if !r.reported[c.ID+"/unverifiable"] {
-			r.Log.Info("FINDING: container cannot be verified: its /dev holds more than 10000 entries", "namespace", c.Key.Namespace,
-				"pod", c.Key.Pod, "container", c.Key.Container, "containerID", c.ID)
-		}
-	}
 	if r.processesErr.changed(p.ProcessesErr) && p.ProcessesErr != nil {
 		r.Log.Error(p.ProcessesErr, "NVML's process view is unavailable; judging by device nodes alone")
 	}
@@ -81,9 +75,6 @@ func (r *Reporter) Report(ctx context.Context, p Pass, err error) {
 			stopped[f.Container.ID] = true
 			r.stop(ctx, f)
 		}
-	}
-	for _, c := range p.Unverifiable {
-		live[c.ID+"/unverifiable"] = true
 	}
 	r.reported = live
 	r.recordEvents(ctx, fresh)
@@ -114,6 +105,11 @@ func (r *Reporter) recordEvents(ctx context.Context, fresh []Finding) {
 }
 
 func (r *Reporter) logFinding(f Finding) {
+	if f.SeenBy == SeenByUnverifiable {
+		r.Log.Info("FINDING: container cannot be verified: its /dev holds more than 10000 entries", "namespace", f.Container.Key.Namespace,
+			"pod", f.Container.Key.Pod, "container", f.Container.Key.Container, "containerID", f.Container.ID, "exempt", f.Exempt, "mode", r.Mode)
+		return
+	}
 	kv := []any{"namespace", f.Container.Key.Namespace, "pod", f.Container.Key.Pod, "container", f.Container.Key.Container,
 		"containerID", f.Container.ID, "gpu", f.GPU.UUID, "path", f.GPU.Path, "seenBy", f.SeenBy, "allocated", f.Allocated}
 	if f.Exempt != "" {
@@ -140,6 +136,10 @@ func (r *Reporter) stop(ctx context.Context, f Finding) {
 // Message is the human sentence of one container's findings, for Events.
 func Message(findings []Finding) string {
 	f := findings[0]
+	if f.SeenBy == SeenByUnverifiable {
+		return fmt.Sprintf("container %q cannot be verified: its /dev holds more than 10000 entries, so which GPUs it can open is unknown; "+
+			"it is treated as reaching GPUs it was not allocated", f.Container.Key.Container)
+	}
 	alloc := "no GPU"
 	if len(f.Allocated) > 0 {
 		alloc = strings.Join(f.Allocated, ", ")

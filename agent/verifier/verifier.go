@@ -103,7 +103,10 @@ func (v *Verifier) Check(ctx context.Context) (Pass, error) {
 				continue
 			}
 			if errors.Is(err, ErrTooManyDevEntries) {
+				// A finding of its own: a tenant could otherwise hide a
+				// GPU behind 10,000 device nodes.
 				p.Unverifiable = append(p.Unverifiable, c)
+				p.Findings = append(p.Findings, v.unverifiable(ctx, c))
 				continue
 			}
 			return Pass{}, fmt.Errorf("container %s (pid %d): %w", c.Key, c.PID, err)
@@ -126,7 +129,25 @@ func (v *Verifier) Check(ctx context.Context) (Pass, error) {
 const (
 	SeenByDeviceNode  = "device-node"
 	SeenByNVMLProcess = "nvml-process"
+	// SeenByUnverifiable marks the finding of a container whose /dev is too
+	// large to walk: which GPUs it can open is unknown (UnverifiableGPU).
+	SeenByUnverifiable = "unverifiable"
 )
+
+// UnverifiableGPU stands for the GPUs a container whose /dev could not be
+// walked may open.
+const UnverifiableGPU = "unverifiable"
+
+// unverifiable is the finding of a container whose /dev is too large to
+// walk: logged, evented, reported and, in enforce mode, stopped like any
+// other, unless its pod is exempt.
+func (v *Verifier) unverifiable(ctx context.Context, c Container) Finding {
+	f := Finding{Container: c, GPU: Reached{UUID: UnverifiableGPU, Path: "/dev"}, SeenBy: SeenByUnverifiable}
+	if v.Exempt != nil {
+		f.Exempt = v.Exempt(ctx, c)
+	}
+	return f
+}
 
 // addProcesses adds, to what each container reaches, the GPUs NVML says its
 // processes run on.

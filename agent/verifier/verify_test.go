@@ -282,7 +282,8 @@ func TestPIDFromInfo(t *testing.T) {
 }
 
 // TestAFloodedDevIsReportedNotSkipped: a container that fills its /dev past
-// what a pass walks is reported as not verifiable, never passed over.
+// what a pass walks is a finding (not verifiable), never passed over: an
+// Event, and in enforce mode stopped.
 func TestAFloodedDevIsReportedNotSkipped(t *testing.T) {
 	n := newNode(t)
 	pid := n.container(map[string]int{"nvidia1": 1})
@@ -306,10 +307,21 @@ func TestAFloodedDevIsReportedNotSkipped(t *testing.T) {
 	if len(p.Unverifiable) != 1 || p.Unverifiable[0].ID != "flood" {
 		t.Errorf("unverifiable %+v, want the flooded container", p.Unverifiable)
 	}
-	r := &Reporter{Mode: ModeReport, Log: logr.Discard(), Metrics: NewMetrics(prometheus.NewRegistry())}
+	if len(p.Findings) != 1 || p.Findings[0].SeenBy != SeenByUnverifiable || p.Findings[0].Container.ID != "flood" {
+		t.Fatalf("findings %+v, want one unverifiable finding for the flooded container", p.Findings)
+	}
+	// A finding like any other: an Event, and in enforce mode a stop.
+	acts := &recordedActions{}
+	r := &Reporter{Mode: ModeEnforce, Log: logr.Discard(), Metrics: NewMetrics(prometheus.NewRegistry()), Actions: acts}
 	r.Report(context.Background(), p, nil)
 	if got := testutil.ToFloat64(r.Metrics.Unverified.WithLabelValues("dev-too-large")); got != 1 {
 		t.Errorf("unverified metric %v, want 1", got)
+	}
+	if len(acts.events) != 1 || !slices.Equal(acts.stops, []string{c.Key.String()}) {
+		t.Errorf("events %v, stops %v; want one Event and one stop of %s", acts.events, acts.stops, c.Key)
+	}
+	if !strings.Contains(Message(p.Findings), "cannot be verified") {
+		t.Errorf("event message %q", Message(p.Findings))
 	}
 }
 
