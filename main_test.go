@@ -729,3 +729,76 @@ spec:
 		}
 	}
 }
+
+// TestCheckJudgesPodTemplatesInCustomResources: the ML job kinds that GPU
+// workloads live in (a PyTorchJob, a JobSet, a RayJob) are judged through
+// the pod templates inside them, so NVIDIA_VISIBLE_DEVICES=all in any of
+// them exits 1; a custom resource without a template is skipped.
+func TestCheckJudgesPodTemplatesInCustomResources(t *testing.T) {
+	in := `apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: mnist, namespace: team-a}
+spec:
+  pytorchReplicaSpecs:
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers:
+            - {name: pytorch, image: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime, env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]}
+---
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {name: pretrain, namespace: team-a}
+spec:
+  replicatedJobs:
+    - name: workers
+      template:
+        spec:
+          template:
+            spec:
+              restartPolicy: Never
+              containers:
+                - {name: train, image: busybox, env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]}
+---
+apiVersion: ray.io/v1
+kind: RayJob
+metadata: {name: tune, namespace: team-a}
+spec:
+  entrypoint: python tune.py
+  rayClusterSpec:
+    headGroupSpec:
+      rayStartParams: {}
+      template:
+        spec:
+          containers:
+            - {name: ray-head, image: rayproject/ray:2.41.0}
+    workerGroupSpecs:
+      - groupName: gpu
+        rayStartParams: {}
+        template:
+          spec:
+            containers:
+              - {name: ray-worker, image: rayproject/ray:2.41.0-gpu, env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]}
+---
+apiVersion: example.com/v1
+kind: Widget
+metadata: {name: w}
+spec: {size: 3}
+`
+	r := gpuguard(t, in, "check", "-")
+	if r.code != 1 {
+		t.Errorf("exit %d, want 1 (denied)", r.code)
+	}
+	for _, want := range []string{
+		"DENY    PyTorchJob team-a/mnist.spec.pytorchReplicaSpecs.Worker.template",
+		"DENY    JobSet team-a/pretrain.spec.replicatedJobs[0].template.spec.template",
+		"ALLOW   RayJob team-a/tune.spec.rayClusterSpec.headGroupSpec.template",
+		"DENY    RayJob team-a/tune.spec.rayClusterSpec.workerGroupSpecs[0].template",
+		"SKIP    Widget w", "[device-env]",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("check output lacks %q (exit %d):\n%s%s", want, r.code, r.stdout, r.stderr)
+		}
+	}
+}

@@ -4,7 +4,6 @@ package charts
 
 import (
 	"context"
-	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/manifest"
 	"github.com/gpuguard/gpuguard/policy"
 	"github.com/gpuguard/gpuguard/tools/chartrender"
 	"github.com/gpuguard/gpuguard/tools/upstreamchart"
@@ -159,49 +159,24 @@ func addTemplates(t *testing.T, pods map[string]*corev1.Pod, prefix string, doc 
 			Name string `json:"name"`
 		} `json:"metadata"`
 	}
-	var tree map[string]any
-	if sigsyaml.Unmarshal(doc, &tree) != nil || sigsyaml.Unmarshal(doc, &obj) != nil || obj.Kind == "" {
+	if sigsyaml.Unmarshal(doc, &obj) != nil || obj.Kind == "" {
 		return // not an object: Helm notes, Kustomize patches, comments
 	}
 	name := prefix + obj.Kind + "/" + obj.Metadata.Name
-	walkTemplates(tree, "", func(at string, tmpl map[string]any) {
-		raw, err := json.Marshal(tmpl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pod := &corev1.Pod{}
-		if err := json.Unmarshal(raw, pod); err != nil {
-			t.Errorf("%s%s: not a pod template: %v", name, at, err)
-			return
-		}
+	found, err := manifest.PodTemplates(doc)
+	if err != nil {
+		t.Errorf("%s: %v", name, err)
+	}
+	for _, e := range found {
+		pod := &corev1.Pod{ObjectMeta: e.Template.ObjectMeta, Spec: e.Template.Spec}
 		if pod.Spec.ServiceAccountName == "" {
 			pod.Spec.ServiceAccountName = "default"
 		}
+		at := e.Path
 		if at == ".spec.template" {
 			at = ""
 		}
 		pods[name+at] = pod
-	})
-}
-
-// walkTemplates calls found for every map whose spec has containers, and
-// does not look inside it.
-func walkTemplates(v any, at string, found func(at string, tmpl map[string]any)) {
-	switch v := v.(type) {
-	case map[string]any:
-		if spec, ok := v["spec"].(map[string]any); ok {
-			if _, ok := spec["containers"].([]any); ok {
-				found(at, map[string]any{"metadata": v["metadata"], "spec": spec})
-				return
-			}
-		}
-		for k, child := range v {
-			walkTemplates(child, at+"."+k, found)
-		}
-	case []any:
-		for i, child := range v {
-			walkTemplates(child, at+"["+strconv.Itoa(i)+"]", found)
-		}
 	}
 }
 

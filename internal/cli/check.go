@@ -10,6 +10,7 @@ import (
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/internal/manifest"
@@ -34,9 +35,12 @@ on the mutated object.
 
 PATH is a YAML or JSON file (several documents, or kind: List), a directory
 (walked for *.yaml, *.yml and *.json) or - for standard input. ConfigMaps in the
-input serve envFrom inspection and Namespaces their gpuguard.io/mode label;
-other kinds, and documents that are no Kubernetes object (a kustomization, a CI
-workflow), are skipped with a note. Objects without a namespace are in "default".
+input serve envFrom inspection and Namespaces their gpuguard.io/mode label.
+Objects of other kinds are searched for pod templates (a PyTorchJob's replica
+specs, a JobSet's replicated Jobs, a RayJob's head and worker groups, a
+LeaderWorkerSet's templates, a Volcano Job's tasks…), each judged as its
+operator's pods will be; kinds without one, and documents that are no
+Kubernetes object (a kustomization, a CI workflow), are skipped with a note. Objects without a namespace are in "default".
 Pods and pod controllers are decoded strictly, as the API server does: an
 unknown or duplicate field is an error, not a field ignored.
 
@@ -130,7 +134,14 @@ func (o *checkOptions) run(ctx context.Context, paths []string, stdin io.Reader,
 			}
 			results = append(results, r)
 		case d.GVK.Kind != "ConfigMap" && d.GVK.Kind != "Namespace":
-			skipped = append(skipped, fmt.Sprintf("%s %s (%s): not a pod or pod controller", d.GVK.Kind, displayName(d), d.Location()))
+			embedded, err := inputs.admitEmbedded(ctx, engine, d)
+			if err != nil {
+				readErrs = append(readErrs, fmt.Errorf("%s: %v", d.Location(), err))
+			}
+			if len(embedded) == 0 && err == nil {
+				skipped = append(skipped, fmt.Sprintf("%s %s (%s): not a pod or pod controller, and no pod template inside", d.GVK.Kind, displayName(d), d.Location()))
+			}
+			results = append(results, embedded...)
 		}
 	}
 	err = o.out.write(stdout, stderr, results, skipped)
@@ -221,6 +232,32 @@ func (in *checkInputs) admit(ctx context.Context, e *policy.Engine, d manifest.D
 	o := newCheckedObject(d.GVK.GroupVersion().String(), d.GVK.Kind, ns, displayName(d), d.Location(), r)
 	o.Line, o.doc = d.Line, &d
 	return o, nil
+}
+
+// admitEmbedded judges the pod templates inside an object of a kind the
+// engine does not know (a PyTorchJob, a JobSet, a RayJob…), each as a
+// PodTemplate named after the object and where the template sits: their
+// operators create pods from them, which admission will judge. A List's
+// items are not looked into (their documents are not kept apart).
+func (in *checkInputs) admitEmbedded(ctx context.Context, e *policy.Engine, d manifest.Document) ([]checkedObject, error) {
+	if d.Object != nil || d.Item > 0 || len(d.Raw) == 0 {
+		return nil, nil
+	}
+	found, err := manifest.PodTemplates(d.Raw)
+	var out []checkedObject
+	for _, t := range found {
+		pt := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: d.Meta.Name, Namespace: d.Meta.Namespace}, Template: t.Template}
+		ns := namespaceOf(d)
+		r, aerr := e.Admit(ctx, policy.Request{Operation: admissionv1.Create, Namespace: ns, Object: pt,
+			NamespaceLabels: in.namespaceLabels[ns], ConfigMaps: in})
+		if aerr != nil {
+			return out, aerr
+		}
+		o := newCheckedObject(d.GVK.GroupVersion().String(), d.GVK.Kind, ns, displayName(d)+t.Path, d.Location(), r)
+		o.Line, o.doc = d.Line, &d
+		out = append(out, o)
+	}
+	return out, err
 }
 
 // newCheckedObject is one element of check's output contract, shared by check
