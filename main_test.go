@@ -25,6 +25,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuguard/gpuguard/testsupport/testcerts"
+
+	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/policy"
 )
 
 // The CLI tests run the built binary, as scripts and CI pipelines do.
@@ -800,5 +803,52 @@ spec: {size: 3}
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("check output lacks %q (exit %d):\n%s%s", want, r.code, r.stdout, r.stderr)
 		}
+	}
+}
+
+// TestCLIFirstHour: what a platform team reaches for first. --version
+// answers, the built-in policy prints and parses, the rules list every
+// registered rule, -n judges namespaceless manifests where they will be
+// created (so a namespace exemption applies), and --fail-on warn fails a
+// run whose objects are only warned about.
+func TestCLIFirstHour(t *testing.T) {
+	if r := gpuguard(t, "", "--version"); r.code != 0 || !strings.HasPrefix(r.stdout, "gpuguard ") {
+		t.Errorf("--version: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	r := gpuguard(t, "", "policy")
+	if _, err := config.Parse("built-in", []byte(r.stdout)); r.code != 0 || err != nil {
+		t.Errorf("policy: exit %d, does not parse: %v", r.code, err)
+	}
+	r = gpuguard(t, "", "rules")
+	for _, rule := range policy.Registry() {
+		if !strings.Contains(r.stdout, string(rule.ID)) {
+			t.Errorf("rules lacks %s:\n%s", rule.ID, r.stdout)
+		}
+	}
+	leak := "apiVersion: v1\nkind: Pod\nmetadata: {name: leak}\nspec:\n  containers:\n    - {name: c, image: busybox, env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]}\n"
+	exempting := "apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\nspec:\n  exemptions: {namespaces: [gpu-infra]}\n"
+	dir := t.TempDir()
+	policyFile := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policyFile, []byte(exempting), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := gpuguard(t, leak, "check", "--policy", policyFile, "-"); r.code != 1 {
+		t.Errorf("in default: exit %d, want 1 (denied)", r.code)
+	}
+	if r := gpuguard(t, leak, "check", "--policy", policyFile, "-n", "gpu-infra", "-"); r.code != 0 || !strings.Contains(r.stdout, "gpu-infra/leak") {
+		t.Errorf("-n gpu-infra: exit %d, want 0 (exempt):\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := gpuguard(t, leak, "check", "-n", "Not_A_Namespace", "-"); r.code != 2 || !strings.Contains(r.stderr, "--namespace") {
+		t.Errorf("a bad -n: exit %d, %q; want 2 naming --namespace", r.code, r.stderr)
+	}
+	warned := "apiVersion: v1\nkind: Pod\nmetadata: {name: fuse, namespace: team-a}\nspec:\n  containers:\n    - {name: c, image: busybox, securityContext: {capabilities: {add: [SYS_ADMIN]}}}\n"
+	if r := gpuguard(t, warned, "check", "-"); r.code != 0 {
+		t.Errorf("a warning alone: exit %d, want 0", r.code)
+	}
+	if r := gpuguard(t, warned, "check", "--fail-on", "warn", "-"); r.code != 1 {
+		t.Errorf("--fail-on warn: exit %d, want 1", r.code)
+	}
+	if r := gpuguard(t, warned, "check", "--fail-on", "never", "-"); r.code != 2 || !strings.Contains(r.stderr, "--fail-on") {
+		t.Errorf("--fail-on never: exit %d, %q; want 2 naming --fail-on", r.code, r.stderr)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/internal/manifest"
@@ -21,13 +22,16 @@ type checkOptions struct {
 	stderr     io.Writer
 	policyFile string
 	mode       string
-	out        outputOptions
+	// namespace is where objects without one are judged, as kubectl apply -n
+	// would create them.
+	namespace string
+	out       outputOptions
 }
 
 func newCheckCommand() *cobra.Command {
 	o := &checkOptions{}
 	cmd := &cobra.Command{
-		Use:   "check [--policy FILE] [--mode enforce|warn|audit] [-o text|json|sarif] [-q] PATH...",
+		Use:   "check [--policy FILE] [--mode enforce|warn|audit] [-n NAMESPACE] [-o text|json|sarif] [-q] [--fail-on deny|warn] PATH...",
 		Short: "Report what the API server would do with pods and pod controllers, offline",
 		Long: `check reports, for every pod, pod controller and Binding in the given files,
 what gpuguard would do at admission: the mutating phase, then the validating phase
@@ -40,7 +44,9 @@ Objects of other kinds are searched for pod templates (a PyTorchJob's replica
 specs, a JobSet's replicated Jobs, a RayJob's head and worker groups, a
 LeaderWorkerSet's templates, a Volcano Job's tasks…), each judged as its
 operator's pods will be; kinds without one, and documents that are no
-Kubernetes object (a kustomization, a CI workflow), are skipped with a note. Objects without a namespace are in "default".
+Kubernetes object (a kustomization, a CI workflow), are skipped with a note.
+Objects without a namespace are in the one --namespace names ("default"),
+where a namespace exemption applies to them.
 Pods and pod controllers are decoded strictly, as the API server does: an
 unknown or duplicate field is an error, not a field ignored.
 
@@ -52,7 +58,7 @@ With --policy and no PATH, check only validates the policy (a document, or a
 ConfigMap manifest holding it), as the webhook would load it.
 
 Exit status: 0 when every object is allowed (a patch or a warning still counts as
-allowed), 1 when any is denied, 2 for usage errors, unreadable or unparsable
+allowed, unless --fail-on warn), 1 when any is denied, 2 for usage errors, unreadable or unparsable
 documents, and empty input.`,
 		Example: `  gpuguard check examples/
   kubectl kustomize overlays/prod | gpuguard check -o json -
@@ -71,6 +77,7 @@ documents, and empty input.`,
 	}
 	cmd.Flags().StringVar(&o.policyFile, "policy", "", "policy document, or a ConfigMap manifest holding it under policy.yaml (default: the built-in policy)")
 	cmd.Flags().StringVar(&o.mode, "mode", "", "override the policy's mode: enforce, warn or audit")
+	cmd.Flags().StringVarP(&o.namespace, "namespace", "n", "default", "the namespace of objects that name none, as kubectl apply -n would create them (a namespace exemption then applies)")
 	o.out.addFlags(cmd.Flags())
 	return cmd
 }
@@ -119,7 +126,10 @@ func (o *checkOptions) run(ctx context.Context, paths []string, stdin io.Reader,
 	if len(docs) == 0 && len(readErrs) == 0 {
 		return &exitError{exitUsage, "no documents in the input: did the command that produced it fail?"}
 	}
-	inputs := newCheckInputs(docs)
+	if msgs := validation.IsDNS1123Label(o.namespace); len(msgs) > 0 {
+		return &exitError{exitUsage, fmt.Sprintf("--namespace %q: %s", o.namespace, strings.Join(msgs, "; "))}
+	}
+	inputs := newCheckInputs(docs, o.namespace)
 	var results []checkedObject
 	var skipped []string
 	for _, d := range docs {
@@ -192,15 +202,17 @@ func (o *checkOptions) engine() (*policy.Engine, error) {
 type checkInputs struct {
 	configMaps      map[string]map[string]string // namespace/name -> data
 	namespaceLabels map[string]map[string]string
+	// namespace is where objects without one are judged.
+	namespace string
 }
 
-func newCheckInputs(docs []manifest.Document) *checkInputs {
-	in := &checkInputs{configMaps: map[string]map[string]string{}, namespaceLabels: map[string]map[string]string{}}
+func newCheckInputs(docs []manifest.Document, namespace string) *checkInputs {
+	in := &checkInputs{configMaps: map[string]map[string]string{}, namespaceLabels: map[string]map[string]string{}, namespace: namespace}
 	for _, d := range docs {
 		switch d.GVK.Kind {
 		case "ConfigMap":
 			if cm, ok := d.Object.(*corev1.ConfigMap); ok {
-				in.configMaps[namespaceOf(d)+"/"+d.Meta.Name] = cm.Data
+				in.configMaps[in.namespaceOf(d)+"/"+d.Meta.Name] = cm.Data
 			}
 		case "Namespace":
 			in.namespaceLabels[d.Meta.Name] = d.Meta.Labels
@@ -218,7 +230,7 @@ func (in *checkInputs) ConfigMapData(_ context.Context, namespace, name string) 
 }
 
 func (in *checkInputs) admit(ctx context.Context, e *policy.Engine, d manifest.Document) (checkedObject, error) {
-	ns := namespaceOf(d)
+	ns := in.namespaceOf(d)
 	r, err := e.Admit(ctx, policy.Request{
 		Operation:       admissionv1.Create,
 		Namespace:       ns,
@@ -247,7 +259,7 @@ func (in *checkInputs) admitEmbedded(ctx context.Context, e *policy.Engine, d ma
 	var out []checkedObject
 	for _, t := range found {
 		pt := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: d.Meta.Name, Namespace: d.Meta.Namespace}, Template: t.Template}
-		ns := namespaceOf(d)
+		ns := in.namespaceOf(d)
 		r, aerr := e.Admit(ctx, policy.Request{Operation: admissionv1.Create, Namespace: ns, Object: pt,
 			NamespaceLabels: in.namespaceLabels[ns], ConfigMaps: in})
 		if aerr != nil {
@@ -271,11 +283,12 @@ func newCheckedObject(apiVersion, kind, namespace, name, source string, r policy
 	}
 }
 
-func namespaceOf(d manifest.Document) string {
+// namespaceOf is the object's namespace, else the one --namespace names.
+func (in *checkInputs) namespaceOf(d manifest.Document) string {
 	if d.Meta.Namespace != "" {
 		return d.Meta.Namespace
 	}
-	return "default"
+	return in.namespace
 }
 
 func displayName(d manifest.Document) string {

@@ -39,14 +39,17 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root := &cobra.Command{
 		Use:           "gpuguard",
 		Short:         "Keep pods from reaching NVIDIA GPUs they were not allocated",
-		Long:          "gpuguard keeps pods from reaching NVIDIA GPUs they were not allocated.\nSubcommands: check (offline, for CI), audit (what already runs in a cluster), webhook (the admission webhook),\nrender-cel (the CEL backstop), verify (checks a cluster's gpuguard with a dry-run pod), version.",
+		Long:          "gpuguard keeps pods from reaching NVIDIA GPUs they were not allocated.\nSubcommands: check (offline, for CI), audit (what already runs in a cluster), webhook (the admission webhook),\nrender-cel (the CEL backstop), verify (checks a cluster's gpuguard with a dry-run pod), policy (the built-in policy),\nrules (what each rule judges), version.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.Version = buildVersion()
+	root.SetVersionTemplate("gpuguard {{.Version}}\n")
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newCheckCommand(), newAuditCommand(), newWebhookCommand(), newRenderCELCommand(), newVerifyCommand(), newVersionCommand())
+	root.AddCommand(newCheckCommand(), newAuditCommand(), newWebhookCommand(), newRenderCELCommand(), newVerifyCommand(), newVersionCommand(),
+		newPolicyCommand(), newRulesCommand())
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	var ee *exitError

@@ -17,14 +17,23 @@ import (
 type outputOptions struct {
 	format string
 	quiet  bool
+	// failOn is what exits 1: deny (a denied object) or warn (also one
+	// that is only warned about).
+	failOn string
 }
 
 func (o *outputOptions) addFlags(fl *pflag.FlagSet) {
 	fl.StringVarP(&o.format, "output", "o", "text", "output format: text, json (a contract for scripts) or sarif (code-scanning annotations)")
 	fl.BoolVarP(&o.quiet, "quiet", "q", false, "text output: print only objects that are denied, warned or mutated, and the summary")
+	fl.StringVar(&o.failOn, "fail-on", "deny", "what exits 1: deny (an object denied) or warn (also an object only warned about, for a warn-mode rollout)")
 }
 
 func (o *outputOptions) validate() error {
+	switch o.failOn {
+	case "deny", "warn":
+	default:
+		return &exitError{exitUsage, fmt.Sprintf("--fail-on %q: use deny or warn", o.failOn)}
+	}
 	switch o.format {
 	case "text", "json", "sarif":
 		return nil
@@ -48,7 +57,7 @@ func (o *outputOptions) write(stdout, stderr io.Writer, results []checkedObject,
 		return err
 	}
 	for _, r := range results {
-		if !r.Allowed {
+		if !r.Allowed || (o.failOn == "warn" && len(r.Warnings) > 0) {
 			return &exitError{code: exitDenied}
 		}
 	}
