@@ -32,7 +32,7 @@ func TestHardenedProfileFollowsTheNodes(t *testing.T) {
 	const name = "gpuguard-hardened"
 	nodes := []string{"gpu-hardened-a", "gpu-hardened-b"}
 	for _, n := range nodes {
-		setNodeLabels(t, n, map[string]string{gpuNodeLabel: "true", wellknown.HardenedLabel: "true"})
+		setNodeLabels(t, n, map[string]string{gpuNodeLabel: "true", wellknown.HardenedMarkLabel: "true"})
 	}
 	wh := startClusterWebhook(t, "gpuguard-hardened", "--cel-backstop", "--cel-backstop-name", name,
 		"--cel-backstop-exclude-namespace", releaseNS, "--validating-webhook-configuration", s.Configs.Validating.Name,
@@ -63,7 +63,7 @@ func TestHardenedProfileFollowsTheNodes(t *testing.T) {
 		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
 		t.Error("with the injection off, a pod with NVIDIA_VISIBLE_DEVICES=all must still be denied")
 	}
-	setNodeLabels(t, nodes[1], map[string]string{wellknown.HardenedLabel: "false"})
+	setNodeLabels(t, nodes[1], map[string]string{wellknown.HardenedMarkLabel: "false"})
 	waitVoid(t, wh, true)
 	// The backstop alone follows too: with the webhooks gone, its
 	// MutatingAdmissionPolicy injects again.

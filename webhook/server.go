@@ -95,7 +95,7 @@ type Options struct {
 	// InjectVoid is the hardened-cluster profile: InjectAlways follows the
 	// policy; InjectNever puts it in force without its void injection;
 	// InjectAuto does so only while every GPU node (a node with any of
-	// GPUNodeLabels) reports itself hardened (wellknown.HardenedLabel).
+	// GPUNodeLabels) reports itself hardened (wellknown.HardenedMarkLabel).
 	InjectVoid    InjectVoid
 	GPUNodeLabels []hardening.Label
 

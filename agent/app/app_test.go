@@ -510,8 +510,9 @@ func TestAgentPublishesNodeLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		"keep":                  "me",
-		wellknown.HardenedLabel: "false",
+		"keep":                      "me",
+		wellknown.HardenedLabel:     "false",
+		wellknown.HardenedMarkLabel: "false",
 		wellknown.CheckLabelPrefix + nodereport.CheckEnvvarUnprivileged: "fail",
 	}
 	for k, v := range want {

@@ -21,13 +21,16 @@ func TestReportLabels(t *testing.T) {
 	for _, tc := range cases {
 		r := collect(t, tc.scenario, tc.version)
 		labels := r.Labels()
+		if labels[wellknown.HardenedMarkLabel] != tc.hardened {
+			t.Errorf("%s: %s=%q, want %q", tc.scenario, wellknown.HardenedMarkLabel, labels[wellknown.HardenedMarkLabel], tc.hardened)
+		}
 		if labels[wellknown.HardenedLabel] != tc.hardened {
 			t.Errorf("%s: %s=%q, want %q", tc.scenario, wellknown.HardenedLabel, labels[wellknown.HardenedLabel], tc.hardened)
 		}
 		if got := labels[wellknown.CheckLabelPrefix+tc.check]; got != string(tc.want) {
 			t.Errorf("%s: check %s label %q, want %q", tc.scenario, tc.check, got, tc.want)
 		}
-		if len(labels) != len(r.Checks)+1 {
+		if len(labels) != len(r.Checks)+2 { // a label per check, the summary and its mark
 			t.Errorf("%s: %d labels for %d checks", tc.scenario, len(labels), len(r.Checks))
 		}
 		// The API server rejects a node patch with one invalid label.

@@ -16,9 +16,15 @@ const (
 	// policy's namespaceModeOverride lets it.
 	ModeLabel = Domain + "/mode"
 	// HardenedLabel is the agent's summary of its node's hardening report:
-	// "true" when no check fails. The webhook's hardened-cluster profile
-	// (inject-void=auto) reads it on every GPU node.
+	// "true" when no check fails, for node selectors and affinities.
 	HardenedLabel = Domain + "/hardened"
+	// HardenedMarkLabel carries the same summary where no kubelet can write
+	// it: the NodeRestriction admission plugin refuses node identities any
+	// label under node-restriction.kubernetes.io/, at registration and after.
+	// The webhook's hardened-cluster profile (inject-void=auto), which turns
+	// the void injection off, trusts this one only: any kubelet may label its
+	// node gpuguard.io/hardened=true.
+	HardenedMarkLabel = "node-restriction.kubernetes.io/gpuguard-hardened"
 	// CheckLabelPrefix prefixes one node label per hardening check, the
 	// check's ID after it, its status as the value.
 	CheckLabelPrefix = Domain + "/check."

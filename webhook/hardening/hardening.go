@@ -39,7 +39,8 @@ func ParseLabel(s string) (Label, error) {
 }
 
 // AllHardened says whether there is at least one GPU node and every GPU
-// node reports wellknown.HardenedLabel=true, and why not when not: the first node
+// node reports wellknown.HardenedMarkLabel=true (which no kubelet can set),
+// and why not when not: the first node
 // that does not, or that there is none (a cluster without GPU nodes keeps
 // injecting, so that the first node to join is covered before it reports).
 func (n *Nodes) AllHardened(ctx context.Context) (ok bool, why string, err error) {
@@ -53,8 +54,8 @@ func (n *Nodes) AllHardened(ctx context.Context) (ok bool, why string, err error
 		if !n.isGPUNode(node.Labels) {
 			continue
 		}
-		if node.Labels[wellknown.HardenedLabel] != "true" {
-			return false, fmt.Sprintf("GPU node %s does not report %s=true", node.Name, wellknown.HardenedLabel), nil
+		if node.Labels[wellknown.HardenedMarkLabel] != "true" {
+			return false, fmt.Sprintf("GPU node %s does not report %s=true", node.Name, wellknown.HardenedMarkLabel), nil
 		}
 		gpu = append(gpu, node.Name)
 	}
@@ -62,7 +63,7 @@ func (n *Nodes) AllHardened(ctx context.Context) (ok bool, why string, err error
 		return false, "no GPU node", nil
 	}
 	slices.Sort(gpu)
-	return true, fmt.Sprintf("all %d GPU nodes report %s=true", len(gpu), wellknown.HardenedLabel), nil
+	return true, fmt.Sprintf("all %d GPU nodes report %s=true", len(gpu), wellknown.HardenedMarkLabel), nil
 }
 
 func (n *Nodes) isGPUNode(labels map[string]string) bool {

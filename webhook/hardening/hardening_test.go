@@ -20,8 +20,8 @@ func node(name string, labels map[string]string) client.Object {
 }
 
 func TestAllHardened(t *testing.T) {
-	hardenedGFD := node("gfd", map[string]string{"nvidia.com/gpu.present": "true", wellknown.HardenedLabel: "true"})
-	hardenedNFD := node("nfd", map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true", wellknown.HardenedLabel: "true"})
+	hardenedGFD := node("gfd", map[string]string{"nvidia.com/gpu.present": "true", wellknown.HardenedMarkLabel: "true"})
+	hardenedNFD := node("nfd", map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true", wellknown.HardenedMarkLabel: "true"})
 	cpu := node("cpu", map[string]string{"kubernetes.io/os": "linux"})
 	for _, tc := range []struct {
 		name  string
@@ -33,7 +33,10 @@ func TestAllHardened(t *testing.T) {
 		{"CPU nodes only", []client.Object{cpu}, false, "no GPU node"},
 		{"every GPU node hardened, by either label", []client.Object{hardenedGFD, hardenedNFD, cpu}, true, "all 2 GPU nodes"},
 		{"one GPU node without the label", []client.Object{hardenedGFD, node("new", map[string]string{"nvidia.com/gpu.present": "true"})}, false, "GPU node new does not report"},
-		{"one GPU node reporting false", []client.Object{hardenedNFD, node("soft", map[string]string{"nvidia.com/gpu.present": "true", wellknown.HardenedLabel: "false"})}, false, "GPU node soft"},
+		{"one GPU node reporting false", []client.Object{hardenedNFD, node("soft", map[string]string{"nvidia.com/gpu.present": "true", wellknown.HardenedMarkLabel: "false"})}, false, "GPU node soft"},
+		// gpuguard.io/hardened is for node selectors: any kubelet may set it
+		// on its own node, so it never turns the injection off.
+		{"one GPU node with only the label a kubelet may set", []client.Object{hardenedGFD, node("self", map[string]string{"nvidia.com/gpu.present": "true", wellknown.HardenedLabel: "true"})}, false, "GPU node self does not report"},
 		{"a GPU label with another value is no GPU node", []client.Object{hardenedGFD, node("off", map[string]string{"nvidia.com/gpu.present": "false"})}, true, "all 1 GPU nodes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
