@@ -26,11 +26,14 @@ func probePod(prefix string) *corev1.Pod {
 }
 
 // gpuPod is a probe pod requesting one GPU.
-func gpuPod(prefix string) *corev1.Pod {
+func gpuPod(prefix string) *corev1.Pod { return limitPod(prefix, gpuResource) }
+
+// limitPod is a probe pod requesting one of an extended resource.
+func limitPod(prefix string, r corev1.ResourceName) *corev1.Pod {
 	p := probePod(prefix)
 	one := resource.MustParse("1")
 	p.Spec.Containers[0].Resources = corev1.ResourceRequirements{
-		Limits: corev1.ResourceList{gpuResource: one}, Requests: corev1.ResourceList{gpuResource: one}}
+		Limits: corev1.ResourceList{r: one}, Requests: corev1.ResourceList{r: one}}
 	return p
 }
 

@@ -124,7 +124,14 @@ func testLeak(t *testing.T) {
 }
 
 func testLeakClosed(t *testing.T) {
-	report, pod := probe(t, tenantNS, probePod("no-gpu"))
+	expectVoidAndNoGPU(t, probePod("no-gpu"))
+}
+
+// expectVoidAndNoGPU runs the probe pod p: stored with the void gpuguard
+// injects, it must see no GPU.
+func expectVoidAndNoGPU(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	report, pod := probe(t, tenantNS, p)
 	if v := lastEnv(pod.Spec.Containers[0], "NVIDIA_VISIBLE_DEVICES"); v != "void" {
 		t.Errorf("stored NVIDIA_VISIBLE_DEVICES is %q, want void (injected by gpuguard)", v)
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // unadvertisedResource is a GPU resource of the default policy that the
@@ -16,13 +15,7 @@ const unadvertisedResource = "nvidia.com/mig-1g.10gb"
 // unhonouredPod is a probe pod, created bound to the node as every probe
 // is, asking for a MIG slice the node does not advertise. Its image bakes
 // in NVIDIA_VISIBLE_DEVICES=all, as CUDA images do.
-func unhonouredPod(prefix string) *corev1.Pod {
-	p := probePod(prefix)
-	one := resource.MustParse("1")
-	p.Spec.Containers[0].Resources = corev1.ResourceRequirements{
-		Limits: corev1.ResourceList{unadvertisedResource: one}, Requests: corev1.ResourceList{unadvertisedResource: one}}
-	return p
-}
+func unhonouredPod(prefix string) *corev1.Pod { return limitPod(prefix, unadvertisedResource) }
 
 // testUnhonouredRequestLeaks is the baseline: the kubelet drops the request
 // the node cannot honour (removeMissingExtendedResources), the device
@@ -35,9 +28,5 @@ func testUnhonouredRequestLeaks(t *testing.T) {
 // testUnhonouredRequestClosed: gpuguard reads the node, finds the resource
 // missing, judges the container as one without GPUs and gives it void.
 func testUnhonouredRequestClosed(t *testing.T) {
-	report, pod := probe(t, tenantNS, unhonouredPod("unhonoured"))
-	if v := lastEnv(pod.Spec.Containers[0], "NVIDIA_VISIBLE_DEVICES"); v != "void" {
-		t.Errorf("stored NVIDIA_VISIBLE_DEVICES is %q, want void (injected by gpuguard)", v)
-	}
-	expectGPUs(t, report, nil)
+	expectVoidAndNoGPU(t, unhonouredPod("unhonoured"))
 }
