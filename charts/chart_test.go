@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1011,19 +1010,19 @@ func TestBackstop(t *testing.T) {
 	// Webhooks only: the agent's node-scope policy fails closed whatever
 	// the webhooks do, as it guards the agent's token, not admission.
 	objs := decodeAll(t, open.Documents(false))
-	if len(findAll[*admissionregistrationv1.MutatingWebhookConfiguration](objs)) == 0 || len(findAll[*admissionregistrationv1.ValidatingWebhookConfiguration](objs)) == 0 {
+	if len(findAll[*admissionv1.MutatingWebhookConfiguration](objs)) == 0 || len(findAll[*admissionv1.ValidatingWebhookConfiguration](objs)) == 0 {
 		t.Fatal("the rendering has no webhook configurations to judge")
 	}
-	for _, m := range findAll[*admissionregistrationv1.MutatingWebhookConfiguration](objs) {
+	for _, m := range findAll[*admissionv1.MutatingWebhookConfiguration](objs) {
 		for _, w := range m.Webhooks {
-			if w.FailurePolicy != nil && *w.FailurePolicy == admissionregistrationv1.Fail {
+			if w.FailurePolicy != nil && *w.FailurePolicy == admissionv1.Fail {
 				t.Errorf("with webhook.failurePolicy=Ignore, webhook %s fails closed", w.Name)
 			}
 		}
 	}
-	for _, v := range findAll[*admissionregistrationv1.ValidatingWebhookConfiguration](objs) {
+	for _, v := range findAll[*admissionv1.ValidatingWebhookConfiguration](objs) {
 		for _, w := range v.Webhooks {
-			if w.FailurePolicy != nil && *w.FailurePolicy == admissionregistrationv1.Fail {
+			if w.FailurePolicy != nil && *w.FailurePolicy == admissionv1.Fail {
 				t.Errorf("with webhook.failurePolicy=Ignore, webhook %s fails closed", w.Name)
 			}
 		}
