@@ -79,19 +79,17 @@ func (ev *evaluation) guardedMountOf(target string) string {
 	if target == "" {
 		return ""
 	}
-	i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == target })
-	var mounts []string
-	if i >= 0 {
-		for _, m := range spec.Containers[i].VolumeMounts {
-			mounts = append(mounts, m.Name)
-		}
-	} else if i = slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == target }); i >= 0 {
-		for _, m := range spec.InitContainers[i].VolumeMounts {
-			mounts = append(mounts, m.Name)
-		}
+	named := func(c corev1.Container) bool { return c.Name == target }
+	var t *corev1.Container
+	if i := slices.IndexFunc(spec.Containers, named); i >= 0 {
+		t = &spec.Containers[i]
+	} else if i = slices.IndexFunc(spec.InitContainers, named); i >= 0 {
+		t = &spec.InitContainers[i]
+	} else {
+		return ""
 	}
 	for _, v := range spec.Volumes {
-		if v.HostPath == nil || !slices.Contains(mounts, v.Name) {
+		if v.HostPath == nil || !mounts(t, v.Name) {
 			continue
 		}
 		p := cleanAbsolute(v.HostPath.Path)

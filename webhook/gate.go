@@ -101,7 +101,7 @@ func (g *gate) wrap(next http.Handler) http.Handler {
 			return
 		}
 		_ = rc.SetReadDeadline(time.Time{})
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.Body = bufferedBody{Reader: bytes.NewReader(body), data: body}
 		release, ok := g.acquire(r.Context())
 		if !ok {
 			g.refuse(w, http.StatusTooManyRequests, "overloaded", "gpuguard webhook has too many reviews in flight")
@@ -111,6 +111,15 @@ func (g *gate) wrap(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// bufferedBody is a review body the gate has read whole: requireRequest
+// takes its bytes as they are instead of copying them again.
+type bufferedBody struct {
+	*bytes.Reader
+	data []byte
+}
+
+func (bufferedBody) Close() error { return nil }
 
 // errOverloaded: the bytes in flight are at MaxReviewBytes.
 var errOverloaded = errors.New("too many review bytes in flight")

@@ -36,8 +36,7 @@ func requireRequest(next http.Handler) http.Handler {
 			http.Error(w, "admission review: empty body", http.StatusBadRequest)
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxReviewBytes+1))
-		r.Body.Close()
+		body, err := readReview(r)
 		if err != nil {
 			http.Error(w, "admission review: reading the body: "+err.Error(), http.StatusBadRequest)
 			return
@@ -55,6 +54,16 @@ func requireRequest(next http.Handler) http.Handler {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// readReview is a review's body, at most one byte past maxReviewBytes:
+// the one the gate has read already, or read here.
+func readReview(r *http.Request) ([]byte, error) {
+	defer r.Body.Close()
+	if b, ok := r.Body.(bufferedBody); ok {
+		return b.data, nil
+	}
+	return io.ReadAll(io.LimitReader(r.Body, maxReviewBytes+1))
 }
 
 // reviewProblem says what an AdmissionReview body lacks, or "" when it has
