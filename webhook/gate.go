@@ -150,12 +150,31 @@ func (g *gate) readBody(r *http.Request) (body []byte, held int64, err error) {
 			body = append(body, chunk[:n]...)
 		}
 		switch {
+		case rerr == io.EOF && len(body) > maxReviewBytes:
+			return body, held, drainOversized(r.Body)
 		case rerr == io.EOF:
 			return body, held, nil
 		case rerr != nil:
 			return nil, held, rerr
 		}
 	}
+}
+
+// maxDrainBytes is how much of an oversized body the gate reads and
+// throws away so that its sender, still writing, sees the 413 instead of a
+// reset connection: closing a connection with unread bytes resets it, and
+// the reset discards an answer the sender has not read yet. A body larger
+// still is cut off; all of it is read under the body deadline and none
+// of it is kept.
+const maxDrainBytes = 32 << 20
+
+// drainOversized reads what is left of an oversized body, up to
+// maxDrainBytes, into nothing.
+func drainOversized(body io.Reader) error {
+	if _, err := io.CopyN(io.Discard, body, maxDrainBytes); err != nil && err != io.EOF {
+		return err
+	}
+	return nil
 }
 
 // acquire waits up to limits.Wait for room for one more review.

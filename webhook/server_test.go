@@ -309,3 +309,30 @@ func TestIdleTLSConnectionsDoNotStarveReviews(t *testing.T) {
 		}
 	}
 }
+
+// TestOversizedReviewsGetTheirAnswer: a review megabytes over the limit,
+// sent whole before its sender reads, as a busy sender does, is answered
+// 413, not a reset connection. The server once stopped reading at the
+// limit and closed the connection under the sender's writes, and the
+// reset threw the answer away unread.
+func TestOversizedReviewsGetTheirAnswer(t *testing.T) {
+	s := startServer(t, BuiltinPolicy)
+	addr := strings.TrimPrefix(s.base, "https://")
+	body := `{"request":{"uid":"u","operation":"CREATE","kind":{"kind":"Pod"},"object":"` + strings.Repeat("x", maxReviewBytes+8<<20) + `"}}`
+	for i := range 3 {
+		c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: s.pool, NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: gpuguard\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", ValidatePath, len(body), body); err != nil {
+			c.Close()
+			t.Fatalf("oversized review %d: writing it: %v, want the whole body read and HTTP 413", i, err)
+		}
+		line, err := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if err != nil || !strings.Contains(line, "413") {
+			t.Fatalf("oversized review %d: got %q (%v), want HTTP 413", i, line, err)
+		}
+	}
+}
