@@ -799,8 +799,10 @@ func TestRBAC(t *testing.T) {
 					want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, v, "gpuguard-backstop-kai-configmaps"})
 				}
 			}
-			// The pre-filter on the pod webhooks (on by default; the backstop's
-			// owner is read through the same grant).
+			// The backstop's owner: the webhook's own ClusterRole, which only
+			// helm uninstall deletes.
+			want = append(want, rbacRule{"cluster", "rbac.authorization.k8s.io", "clusterroles", "get", "gpuguard-webhook"})
+			// The pre-filter on the pod webhooks (on by default).
 			for _, res := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"} {
 				want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, "get", "gpuguard"},
 					rbacRule{"cluster", "admissionregistration.k8s.io", res, "patch", "gpuguard"})

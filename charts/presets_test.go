@@ -255,10 +255,25 @@ func TestKAISchedulerPreset(t *testing.T) {
 	if def := config.Default().Spec.Integrations.KAIScheduler; def.Fractions {
 		t.Error("the KAI integration must be off by default")
 	}
-	_, err := render(t, c, map[string]any{"backstop": map[string]any{"enabled": false},
-		"policy": map[string]any{"presets": map[string]any{"kaiScheduler": map[string]any{"enabled": true}}}})
-	if err == nil || !strings.Contains(err.Error(), "needs backstop.enabled") {
-		t.Errorf("the KAI preset without the backstop must be refused, got %v", err)
+	preset := map[string]any{"presets": map[string]any{"kaiScheduler": map[string]any{"enabled": true}}}
+	spec := map[string]any{"spec": map[string]any{"integrations": map[string]any{"kaiScheduler": map[string]any{"fractions": true}}}}
+	document := map[string]any{"document": "apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\nmetadata:\n  name: d\nspec:\n  integrations:\n    kaiScheduler:\n      fractions: true\n"}
+	noMAP := []string{"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"}
+	for name, tc := range map[string]struct {
+		policy   map[string]any
+		backstop bool
+		apis     []string
+	}{
+		"the preset, backstop off":                       {preset, false, clusterAPIs},
+		"the preset, backstop on, no MAP in the cluster": {preset, true, noMAP},
+		"policy.spec, backstop off":                      {spec, false, clusterAPIs},
+		"policy.document, no MAP in the cluster":         {document, true, noMAP},
+	} {
+		values := map[string]any{"backstop": map[string]any{"enabled": tc.backstop}, "policy": tc.policy}
+		_, err := chartrender.Render(c, releaseName, namespace, values, tc.apis...)
+		if err == nil || !strings.Contains(err.Error(), "KAI fractions") {
+			t.Errorf("%s: KAI fractions without the backstop in force must be refused, got %v", name, err)
+		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -290,12 +291,17 @@ func TestCELBackstopWithTheWebhookDown(t *testing.T) {
 // the ConfigMap changes.
 func TestWebhookKeepsTheBackstopInSync(t *testing.T) {
 	ctx := context.Background()
-	const name = "gpuguard-synced"
+	const name, owner = "gpuguard-synced", "gpuguard-synced-owner"
+	role, err := s.cp.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: owner}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	wh := startClusterWebhook(t, "gpuguard-backstop", "--cel-backstop", "--cel-backstop-name", name, "--cel-backstop-exclude-namespace", releaseNS,
-		"--validating-webhook-configuration", s.Configs.Validating.Name)
+		"--validating-webhook-configuration", s.Configs.Validating.Name, "--cel-backstop-owner", owner)
 	ar := s.cp.Client.AdmissionregistrationV1()
 	defer func() {
 		_ = wh.Stop()
+		_ = s.cp.Client.RbacV1().ClusterRoles().Delete(ctx, owner, metav1.DeleteOptions{})
 		removeBackstop(ctx, t, name)
 		if err := s.writePolicy(ctx, suitePolicy); err != nil {
 			t.Error(err)
@@ -314,14 +320,15 @@ func TestWebhookKeepsTheBackstopInSync(t *testing.T) {
 	if err := framework.Poll(ctx, time.Minute, func() (bool, error) { a, err := action(); return a == "Deny", err }); err != nil {
 		t.Fatalf("the webhook did not apply the backstop: %v\n%s", err, framework.Tail(wh.Log))
 	}
-	// Uninstalling gpuguard (deleting its webhook configuration) takes the backstop
-	// with it, through the garbage collector.
+	// Uninstalling gpuguard (deleting the webhook's ClusterRole) takes the
+	// backstop with it, through the garbage collector; deleting the webhook
+	// configurations does not (the cluster suite shows both).
 	vap, err := ar.ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if owners := vap.OwnerReferences; len(owners) != 1 || owners[0].Kind != "ValidatingWebhookConfiguration" || owners[0].Name != s.Configs.Validating.Name {
-		t.Errorf("the backstop must be owned by gpuguard's ValidatingWebhookConfiguration, got %+v", owners)
+	if owners := vap.OwnerReferences; len(owners) != 1 || owners[0].Kind != "ClusterRole" || owners[0].UID != role.UID {
+		t.Errorf("the backstop must be owned by the ClusterRole %s, got %+v", owner, owners)
 	}
 	if err := s.writePolicy(ctx, suitePolicy+"  mode: warn\n"); err != nil {
 		t.Fatal(err)

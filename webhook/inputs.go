@@ -34,7 +34,7 @@ type reviewInputs struct {
 func clusterAppliers(mgr manager.Manager, o Options, m *Metrics) []func(context.Context, *config.Policy) error {
 	var apply []func(context.Context, *config.Policy) error
 	if o.CELBackstop != nil {
-		b := &backstop.Sync{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Options: *o.CELBackstop, Owner: o.ValidatingConfig,
+		b := &backstop.Sync{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Options: *o.CELBackstop, Owner: o.BackstopOwner,
 			Syncs: m.BackstopSyncs, Log: o.Log.WithName("backstop")}
 		apply = append(apply, b.Apply)
 	}

@@ -86,6 +86,10 @@ type Options struct {
 	// CELBackstop keeps the policy's CEL backstop applied in the cluster, named
 	// CELBackstop.Name and leaving out CELBackstop.ExcludedNamespaces.
 	CELBackstop *cel.Options
+	// BackstopOwner names the ClusterRole whose deletion garbage-collects the
+	// backstop (the chart's webhook ClusterRole, which only helm uninstall
+	// removes); empty leaves the backstop without an owner.
+	BackstopOwner string
 
 	// PrefilterWebhooks names the pod webhooks, in MutatingConfig and
 	// ValidatingConfig, that get the pre-filter as a match condition
@@ -134,6 +138,9 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	source := NewPolicySource(m, o.Log.WithName("policy"))
+	if o.CELBackstop == nil {
+		source.SetRequirement(requireNoKAIFractions)
+	}
 	if o.InjectVoid == InjectNever {
 		_, _ = source.SetInjectionOff(true) // nothing is loaded yet: it cannot fail
 		m.InjectionOff.Set(1)
@@ -390,6 +397,20 @@ func registerCertExpiry(dir, name string) error {
 	err := ctrlmetrics.Registry.Register(servingcert.NewExpiryCollector(dir, name))
 	if are := (prometheus.AlreadyRegisteredError{}); err != nil && !errors.As(err, &are) {
 		return fmt.Errorf("registering the certificate expiry metric: %w", err)
+	}
+	return nil
+}
+
+// ErrKAIFractionsNeedGuard: a policy accepts KAI's fractions, but this
+// webhook applies no backstop, so nothing keeps tenants from writing the
+// ConfigMaps a fraction container reads its GPUs from.
+var ErrKAIFractionsNeedGuard = errors.New("integrations.kaiScheduler.fractions: true needs the KAI ConfigMap guard, which this webhook applies only with --cel-backstop (chart: backstop.enabled on Kubernetes 1.36 or later); without it any tenant could write NVIDIA_VISIBLE_DEVICES=all into the ConfigMap a fraction container reads")
+
+// requireNoKAIFractions refuses a policy with KAI fractions on where no
+// guard is applied.
+func requireNoKAIFractions(p *config.Policy) error {
+	if p.Spec.Integrations.KAIScheduler.Fractions {
+		return ErrKAIFractionsNeedGuard
 	}
 	return nil
 }

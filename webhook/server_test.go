@@ -7,10 +7,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -334,5 +336,26 @@ func TestOversizedReviewsGetTheirAnswer(t *testing.T) {
 		if err != nil || !strings.Contains(line, "413") {
 			t.Fatalf("oversized review %d: got %q (%v), want HTTP 413", i, line, err)
 		}
+	}
+}
+
+// TestKAIFractionsRefusedWithoutGuard: a webhook that applies no backstop
+// refuses a policy that accepts KAI's fractions, naming the guard it
+// lacks, instead of letting fraction containers read GPUs from ConfigMaps
+// any tenant may write.
+func TestKAIFractionsRefusedWithoutGuard(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "policy.yaml")
+	doc := "apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\nmetadata:\n  name: kai\nspec:\n  integrations:\n    kaiScheduler:\n      fractions: true\n"
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writeTestCerts(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a server that accepts it runs until then
+	defer cancel()
+	err := Run(ctx, Options{Host: "127.0.0.1", Port: freePort(t), CertDir: dir, CertName: "tls.crt", KeyName: "tls.key",
+		PolicyFile: file, ProbeAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), Log: logr.Discard()})
+	if !errors.Is(err, ErrKAIFractionsNeedGuard) {
+		t.Fatalf("Run with KAI fractions and no backstop: %v, want %v", err, ErrKAIFractionsNeedGuard)
 	}
 }

@@ -198,8 +198,8 @@ func imagesPulledByDigest(t *testing.T) {
 
 // nothingLeftBlocking checks that `helm uninstall` leaves no webhook
 // configuration behind, and that the garbage collector removes the CEL
-// backstop the webhook made (owned by the validating webhook
-// configuration): nothing of gpuguard judges pods any more.
+// backstop the webhook made (owned by the webhook's ClusterRole): nothing
+// of gpuguard judges pods any more.
 func nothingLeftBlocking(t *testing.T) {
 	ctx := context.Background()
 	reg := s.cp.Client.AdmissionregistrationV1()

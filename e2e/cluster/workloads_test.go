@@ -151,6 +151,7 @@ func TestChartServesGPUs(t *testing.T) {
 			t.Fatalf("want a denial by rule device-env, got %v", err)
 		}
 	})
+	t.Run("deleting the webhook configurations leaves the backstop in force", testBackstopOutlivesWebhookConfigurations)
 }
 
 // makeGPUNode labels the node as a GPU node and creates the NVIDIA runtime

@@ -84,11 +84,12 @@ mounted Secret.`,
 	fl.StringVar(&f.certSecret, "cert-secret", "", "NAMESPACE/NAME: manage certificates in this Secret (cert-controller)")
 	fl.StringVar(&o.ServiceName, "service-name", "gpuguard-webhook", "the webhook Service, for the certificate's DNS name")
 	fl.StringVar(&o.MutatingConfig, "mutating-webhook-configuration", "", "MutatingWebhookConfiguration to inject the CA bundle into")
-	fl.StringVar(&o.ValidatingConfig, "validating-webhook-configuration", "", "ValidatingWebhookConfiguration to inject the CA bundle into (self-managed certificates), and owner of the CEL backstop, which goes with it")
+	fl.StringVar(&o.ValidatingConfig, "validating-webhook-configuration", "", "ValidatingWebhookConfiguration to inject the CA bundle into (self-managed certificates)")
 	fl.StringSliceVar(&o.ExtraDNSNames, "extra-dns-names", nil, "more DNS names for the serving certificate (e.g. localhost)")
 	fl.BoolVar(&o.WriteCertDir, "write-cert-dir", false, "with --cert-secret: write the Secret's certificate and key into --cert-dir (writable, e.g. an emptyDir) as they change, rather than wait for the kubelet to refresh a mounted Secret (a minute or more)")
 	fl.BoolVar(&f.backstop, "cel-backstop", false, "keep the policy's CEL backstop (ValidatingAdmissionPolicy and MutatingAdmissionPolicy) applied in the cluster")
 	fl.StringVar(&f.backstopOptions.Name, "cel-backstop-name", cel.DefaultName, "name of the CEL backstop's policies and bindings")
+	fl.StringVar(&f.opts.BackstopOwner, "cel-backstop-owner", "", "ClusterRole that owns the CEL backstop: deleting it (helm uninstall) garbage-collects the backstop; deleting the webhook configurations does not. Empty: the backstop has no owner")
 	fl.StringArrayVar(&f.backstopOptions.ExcludedNamespaces, "cel-backstop-exclude-namespace", nil, "namespace the CEL backstop leaves out (repeatable; kube-system and kube-node-lease always are)")
 	fl.StringArrayVar(&o.PrefilterWebhooks, "prefilter-webhook", nil, "keep the policy's pre-filter as a match condition on this webhook of --mutating-webhook-configuration or --validating-webhook-configuration (repeatable; the pod webhooks), so the API server calls it only for pods the policy has something to say about")
 	fl.StringVar((*string)(&o.InjectVoid), "inject-void", string(webhook.InjectAlways), "the hardened-cluster profile: always (as the policy says), never (no void injection, whatever the policy says), or auto: off only while every GPU node's agent reports gpuguard.io/hardened=true, back on as soon as one does not")
@@ -128,6 +129,9 @@ func (f *webhookFlags) run(cmd *cobra.Command) error {
 			return &exitError{exitUsage, "--cel-backstop needs an API server; it cannot run with --policy-file"}
 		}
 		f.opts.CELBackstop = &f.backstopOptions
+	}
+	if f.opts.BackstopOwner != "" && !f.backstop {
+		return &exitError{exitUsage, "--cel-backstop-owner names the owner of the CEL backstop: it needs --cel-backstop"}
 	}
 	for _, l := range f.gpuNodeLabels {
 		label, err := hardening.ParseLabel(l)

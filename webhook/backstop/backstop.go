@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,9 +35,11 @@ type Sync struct {
 	// Syncs counts applies by result: success or error.
 	Syncs *prometheus.CounterVec
 	Log   logr.Logger
-	// Owner, when set, names the ValidatingWebhookConfiguration that owns the
-	// backstop objects, so that removing gpuguard (helm uninstall deletes that
-	// configuration) garbage-collects them too.
+	// Owner, when set, names the ClusterRole that owns the backstop
+	// objects, so that removing gpuguard (helm uninstall deletes the
+	// webhook's ClusterRole) garbage-collects them too. Not the webhook
+	// configuration: deleting that is the usual runbook step when a webhook
+	// blocks a cluster, and the backstop must outlive it.
 	Owner string
 
 	// guardGone: the KAI ConfigMap guard is known absent (deleted, or never
@@ -85,12 +88,12 @@ func (b *Sync) ownerReferences(ctx context.Context) ([]metav1.OwnerReference, er
 	if b.Owner == "" {
 		return nil, nil
 	}
-	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	if err := b.Reader.Get(ctx, client.ObjectKey{Name: b.Owner}, vwc); err != nil {
-		return nil, fmt.Errorf("looking up the owner of the backstop, ValidatingWebhookConfiguration %s: %w", b.Owner, err)
+	role := &rbacv1.ClusterRole{}
+	if err := b.Reader.Get(ctx, client.ObjectKey{Name: b.Owner}, role); err != nil {
+		return nil, fmt.Errorf("looking up the owner of the backstop, ClusterRole %s: %w", b.Owner, err)
 	}
-	return []metav1.OwnerReference{{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration",
-		Name: vwc.Name, UID: vwc.UID}}, nil
+	return []metav1.OwnerReference{{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole",
+		Name: role.Name, UID: role.UID}}, nil
 }
 
 func (b *Sync) applyOne(ctx context.Context, obj client.Object) error {

@@ -43,6 +43,18 @@ type Source struct {
 	// loadedOnce is closed when the first policy is in force.
 	loadedOnce chan struct{}
 	closeOnce  sync.Once
+	// require refuses policies this webhook cannot put safely in force,
+	// whatever their validity (SetRequirement).
+	require func(*config.Policy) error
+}
+
+// SetRequirement makes Load refuse, as invalid, a policy for which check
+// returns an error: the last good policy stays in force. Set it before the
+// first Load.
+func (s *Source) SetRequirement(check func(*config.Policy) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.require = check
 }
 
 type activePolicy struct {
@@ -90,6 +102,9 @@ func (s *Source) Load(source string, data []byte) (changed bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p, err := config.Load(source, data)
+	if err == nil && s.require != nil {
+		err = s.require(p)
+	}
 	if err == nil {
 		var e *policy.Engine
 		inForce, hashed := s.inForce(p, data)

@@ -117,9 +117,6 @@ The policy document the ConfigMap holds.
 {{- $_ := set $spec "gpuResources" (concat $gpu $sharing | uniq) -}}
 {{- end -}}
 {{- if $kai.enabled -}}
-{{- if not .Values.backstop.enabled -}}
-{{- fail "policy.presets.kaiScheduler needs backstop.enabled: the backstop's ConfigMap guard keeps tenants from writing the ConfigMaps KAI's fractions read NVIDIA_VISIBLE_DEVICES from" -}}
-{{- end -}}
 {{- $binder := printf "system:serviceaccount:%s:%s" $kai.namespace $kai.binderServiceAccount -}}
 {{- $integrations := deepCopy (get $spec "integrations" | default dict) -}}
 {{- $_ := set $integrations "kaiScheduler" (dict "fractions" true "schedulerNames" (list $kai.schedulerName) "binderServiceAccounts" (list $binder)) -}}
@@ -231,6 +228,21 @@ as the operator's getDriverName builds them. Include with the gpuOperator preset
 {{- fail (printf "policy.document is not valid YAML: %s" (get $doc "Error")) -}}
 {{- end -}}
 {{- toYaml (get $doc "spec" | default dict) -}}
+{{- end -}}
+
+{{/*
+KAI's fractions, however the policy turns them on (the preset, policy.spec,
+policy.document), need the KAI ConfigMap guard, which the webhook applies with
+the backstop: fail unless the backstop is rendered, not merely enabled (it is
+not on clusters without MutatingAdmissionPolicy). The webhook refuses such a
+policy without it too.
+*/}}
+{{- define "gpuguard.requireKAIGuard" -}}
+{{- $spec := fromYaml (include "gpuguard.policySpec" .) -}}
+{{- $kai := get (get $spec "integrations" | default dict) "kaiScheduler" | default dict -}}
+{{- if and (get $kai "fractions") (ne (include "gpuguard.backstop" .) "true") -}}
+{{- fail "KAI fractions (policy.presets.kaiScheduler, or integrations.kaiScheduler.fractions in the policy) need the CEL backstop in force: backstop.enabled=true on Kubernetes 1.36 or later, where its ConfigMap guard keeps tenants from writing the ConfigMaps KAI's fractions read NVIDIA_VISIBLE_DEVICES from" -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The policy's mode: enforce unless set. */}}
