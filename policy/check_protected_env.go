@@ -37,6 +37,13 @@ func checkProtectedEnv(ev *evaluation, c *containerRef) {
 	}
 }
 
+// ProtectedEnvProblem judges one assignment of a protected variable as
+// admission does, for a container with GPUs (gpu) or without; "" means
+// fine or not protected. The node enforcer judges final environments with it.
+func (e *Engine) ProtectedEnvProblem(gpu bool, name, value string) string {
+	return e.protectedEnvProblem(gpu, name, value)
+}
+
 // protectedEnvProblem judges one literal assignment; "" means fine or not protected.
 func (e *Engine) protectedEnvProblem(gpu bool, name, value string) string {
 	p := e.protected[name]

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/agent/cdispec"
 	"github.com/gpuguard/gpuguard/agent/discovery"
+	"github.com/gpuguard/gpuguard/agent/enforcer"
 	"github.com/gpuguard/gpuguard/agent/health"
 	"github.com/gpuguard/gpuguard/agent/nodereport"
 	"github.com/gpuguard/gpuguard/agent/plugin"
@@ -57,6 +58,9 @@ type Agent struct {
 	// reports writes the node's ClusterReport; nil unless --reports.
 	reports       dynamic.Interface
 	verifyMetrics *verifier.Metrics
+	// enforceDecisions and enforceLatency are the node enforcer's metrics.
+	enforceDecisions *prometheus.CounterVec
+	enforceLatency   prometheus.Observer
 
 	// otherPlugins are the sockets of another NVIDIA device plugin once
 	// seen in --device-plugin=auto. The agent remembers them because a
@@ -115,6 +119,7 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Agent, error)
 		status: errors.New("starting"),
 	}
 	reg.MustRegister(a.otherPlugin)
+	a.enforceDecisions, a.enforceLatency = enforcer.NewMetrics(reg)
 	return a, nil
 }
 
@@ -223,6 +228,11 @@ func (a *Agent) start(ctx context.Context) (*session, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	s.cancel = cancel
 	a.startVerifier(sctx, s, inv)
+	if err := a.startEnforcer(sctx, s, inv); err != nil {
+		cancel()
+		s.wg.Wait()
+		return nil, err
+	}
 	if !a.shouldServe(ctx) {
 		return s, nil
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gpuguard/gpuguard/agent/cdispec"
+	"github.com/gpuguard/gpuguard/agent/enforcer"
 	"github.com/gpuguard/gpuguard/agent/health"
 	"github.com/gpuguard/gpuguard/agent/rm"
 	"github.com/gpuguard/gpuguard/agent/strategy"
@@ -61,6 +62,10 @@ type Config struct {
 	Kubeconfig             string
 	Reports                bool
 	VerifyContainerEvents  bool
+
+	// Enforce runs the node enforcer, an NRI plugin on NRISocket.
+	Enforce   bool
+	NRISocket string
 }
 
 // DefaultConfig has the flags' defaults.
@@ -89,6 +94,7 @@ func DefaultConfig() Config {
 		// where the kubelet runs Evented PLEG (alpha, off by default) on
 		// them, turn this off so that the kubelet misses none.
 		VerifyContainerEvents: true,
+		NRISocket:             enforcer.DefaultSocket,
 	}
 }
 
@@ -124,6 +130,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ProcRoot, "proc-root", c.ProcRoot, "the host's /proc (the agent needs the host's PID namespace to see containers' roots)")
 	fs.StringVar(&c.PolicyFile, "policy-file", c.PolicyFile, "gpuguard policy document (the chart mounts the policy ConfigMap): its gpuResources and exempt namespaces; default: the built-in policy")
 	fs.BoolVar(&c.VerifyContainerEvents, "verify-container-events", c.VerifyContainerEvents, "look at a container as soon as the runtime reports it started (the CRI event stream); turn off where the kubelet runs Evented PLEG on containerd before 2.0 or on CRI-O, which hand each event to one subscriber")
+	fs.BoolVar(&c.Enforce, "enforce", c.Enforce, "node enforcer: as an NRI plugin of the runtime, make every container's final spec grant exactly the GPUs the kubelet allocated to it (device variables, device-list mounts, CDI annotations, GPU device nodes), remove protected variables the policy does not allow, and refuse privileged containers that are not exempt")
+	fs.StringVar(&c.NRISocket, "nri-socket", c.NRISocket, "the runtime's NRI socket, for --enforce")
 	fs.BoolVar(&c.Reports, "reports", c.Reports, "also keep the verifier's findings in an OpenReports ClusterReport, gpuguard-node-<node> (needs its CRD)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig for Events and evictions (default: the pod's service account in a cluster; none outside one)")
 	fs.BoolVar(&c.PublishNodeLabels, "publish-node-labels", c.PublishNodeLabels, "label this node with the hardening report (gpuguard.io/hardened, node-restriction.kubernetes.io/gpuguard-hardened, gpuguard.io/check.*); needs $NODE_NAME or --node-name, and RBAC to get and patch nodes")

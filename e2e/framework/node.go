@@ -275,7 +275,10 @@ func (n *Node) Apply(ctx context.Context, p NodeProfile) error {
 		return err
 	}
 	n.profile = &p
-	return n.waitRegistered(ctx, before)
+	if err := n.waitRegistered(ctx, before); err != nil {
+		return err
+	}
+	return n.waitEnforcer(ctx, p)
 }
 
 // Profile is the configuration the node runs with.

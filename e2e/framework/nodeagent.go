@@ -35,8 +35,37 @@ func (n *Node) startAgent(p NodeProfile) error {
 	if err != nil {
 		return err
 	}
+	if p.Enforce && os.Getenv(WithoutGPUGuardEnv) != "1" {
+		verifyArgs = append(verifyArgs, "--enforce", "--nri-socket", n.NRISocket())
+	}
 	n.agent, err = startDaemon("gpuguard-agent", filepath.Join(n.Root, "log"), nil, n.agentBinary, append(args, verifyArgs...)...)
 	return err
+}
+
+// WithoutGPUGuardEnv, set to 1, runs the node suites without gpuguard: no
+// webhook, and no node enforcer in the profiles that ask for one. The
+// scenarios that need gpuguard must then fail.
+const WithoutGPUGuardEnv = "GPUGUARD_E2E_NODE_WITHOUT_GPUGUARD"
+
+// NRISocket is containerd's NRI socket, under the node's root.
+func (n *Node) NRISocket() string { return filepath.Join(n.Root, "run", "nri.sock") }
+
+// waitEnforcer waits until the agent's node enforcer has registered with
+// containerd's NRI, when the profile runs it.
+func (n *Node) waitEnforcer(ctx context.Context, p NodeProfile) error {
+	if !p.Enforce || os.Getenv(WithoutGPUGuardEnv) == "1" {
+		return nil
+	}
+	err := Poll(ctx, time.Minute, func() (bool, error) {
+		if err := n.agent.exited(); err != nil {
+			return false, err
+		}
+		return strings.Contains(n.AgentLog(), "node enforcer registered with the runtime"), nil
+	})
+	if err != nil {
+		return fmt.Errorf("node enforcer: %w\n%s", err, Tail(n.agent.Log))
+	}
+	return nil
 }
 
 // VerifyModeEnv overrides the agent's --verify in every profile.

@@ -31,6 +31,9 @@ type NodeProfile struct {
 	// SharedReplicas, above one, time-slices each GPU into that many shares
 	// served as nvidia.com/gpu.shared.
 	SharedReplicas int
+	// Enforce runs the agent's node enforcer on containerd's NRI socket
+	// (which every profile serves), unless WithoutGPUGuardEnv is set.
+	Enforce bool
 }
 
 // String names the profile in logs and tables.
@@ -48,6 +51,9 @@ func (p NodeProfile) String() string {
 	}
 	if p.SharedReplicas > 1 {
 		s += fmt.Sprintf(", %d time-sliced shares per GPU", p.SharedReplicas)
+	}
+	if p.Enforce {
+		s += ", node enforcer"
 	}
 	if p.Verify != "" {
 		s += ", verifier " + p.Verify
@@ -121,8 +127,16 @@ address = "%[3]s.ttrpc"
 [plugins.'io.containerd.internal.v1.opt']
 path = %[4]q
 
+# NRI, for the agent's node enforcer; with no plugin connected it changes
+# nothing.
 [plugins.'io.containerd.nri.v1.nri']
-disable = true
+disable = false
+disable_connections = false
+socket_path = %[16]q
+plugin_path = %[17]q
+plugin_config_path = %[18]q
+plugin_registration_timeout = "5s"
+plugin_request_timeout = "2s"
 
 [plugins.'io.containerd.cri.v1.images']
 # native: no overlay mounts, whatever file system the temporary root is on.
@@ -167,7 +181,8 @@ BinaryName = %[13]q
 `, filepath.Join(n.Root, "containerd", "root"), filepath.Join(n.Root, "containerd", "state"), n.ContainerdSocket(),
 		filepath.Join(n.Root, "containerd", "opt"), PauseImage, rt, n.cdiDir(), n.restrictOOMScoreAdj,
 		filepath.Join(n.Root, "cni"), filepath.Join(n.assets, "cni"), defaultRuntime, strings.Join(quoted, ", "),
-		filepath.Join(n.assets, "nvidia-container-runtime"), runtime.GOARCH, n.registryHostsDir())
+		filepath.Join(n.assets, "nvidia-container-runtime"), runtime.GOARCH, n.registryHostsDir(),
+		n.NRISocket(), filepath.Join(n.Root, "nri", "plugins"), filepath.Join(n.Root, "nri", "conf.d"))
 }
 
 func (n *Node) registryHostsDir() string { return filepath.Join(n.Root, "containerd", "certs.d") }

@@ -34,6 +34,10 @@ var (
 	passthrough      = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri", PodAnnotations: []string{"cdi.k8s.io/*"}}
 	ownCDISpec       = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri", OwnCDISpec: true}
 	timeSliced       = framework.NodeProfile{Hardened: true, Strategy: "volume-mounts", SharedReplicas: 2}
+	// enforced is the typical node with the agent's node enforcer, and
+	// enforcedPassthrough the same passing cdi.k8s.io pod annotations on.
+	enforced            = framework.NodeProfile{Strategy: "envvar", Enforce: true}
+	enforcedPassthrough = framework.NodeProfile{Strategy: "envvar", Enforce: true, PodAnnotations: []string{"cdi.k8s.io/*"}}
 )
 
 const defaultPolicy = `apiVersion: gpuguard.io/v1alpha1
@@ -47,6 +51,17 @@ const cdiAllAnnotation, cdiAll = "cdi.k8s.io/probe", framework.CDIKind + "=all"
 // TestNode runs the scenarios in order: the node's configuration and
 // gpuguard's installation carry from one to the next.
 func TestNode(t *testing.T) {
+	t.Run("typical node with the node enforcer and no admission", func(t *testing.T) {
+		apply(t, enforced)
+		t.Run("a CUDA-image pod without a GPU limit sees no GPU", testEnforcedNoGPU)
+		t.Run("a pod without a GPU limit asking for every GPU by env is refused", testEnforcedNoGPUEnvAll)
+		t.Run("a one-GPU pod asking for every GPU by env is refused", testEnforcedEnvAll)
+		t.Run("a one-GPU pod taking every GPU from a Secret is refused", testEnforcedSecret)
+		t.Run("a pod bound to the node asking for what it does not advertise sees no GPU", testEnforcedUnhonoured)
+		t.Run("a privileged container is refused", testEnforcedPrivilegedRefused)
+		apply(t, enforcedPassthrough)
+		t.Run("a one-GPU pod asking for every GPU by CDI annotation sees its own", testEnforcedCDIAnnotation)
+	})
 	t.Run("typical node", func(t *testing.T) {
 		apply(t, typical)
 		t.Run("without gpuguard a pod without GPUs sees every GPU", testLeak)

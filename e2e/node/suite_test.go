@@ -24,7 +24,7 @@ const (
 
 // withoutGPUGuardEnv, set to 1, never installs gpuguard: the scenarios that
 // expect it then fail, which shows the suite detects the leak.
-const withoutGPUGuardEnv = "GPUGUARD_E2E_NODE_WITHOUT_GPUGUARD"
+const withoutGPUGuardEnv = framework.WithoutGPUGuardEnv
 
 var s *suite
 

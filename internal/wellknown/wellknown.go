@@ -82,6 +82,12 @@ const (
 	// ReasonUnallocatedGPUAccess, on a pod: the agent's verifier found one
 	// of its containers able to open a GPU the kubelet did not allocate it.
 	ReasonUnallocatedGPUAccess = "UnallocatedGPUAccess"
+	// ReasonContainerAdjusted, on a pod: the node enforcer changed a
+	// container's spec to grant only its allocation.
+	ReasonContainerAdjusted = "GPUAccessAdjusted"
+	// ReasonContainerRefused, on a pod: the node enforcer refused to let a
+	// container be created.
+	ReasonContainerRefused = "GPUAccessRefused"
 )
 
 // Report fields of the OpenReports results gpuguard writes.

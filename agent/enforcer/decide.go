@@ -1,0 +1,234 @@
+// Package enforcer is the node enforcer: an NRI plugin that holds one
+// invariant when the runtime creates a container, whatever admission saw or
+// missed: the container's final spec grants exactly the GPUs the kubelet
+// allocated to it, through every channel the NVIDIA runtime honours. Admission
+// sees the pod; this package sees the container the runtime is about to run,
+// image ENV and Secrets poured in by envFrom included.
+//
+// Decide is pure: it turns what the runtime shows of one container and what
+// the kubelet allocated into the adjustment. plugin.go wires it to NRI.
+package enforcer
+
+import (
+	"fmt"
+	"maps"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gpuguard/gpuguard/agent/discovery"
+	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/policy"
+)
+
+// Void is the device list that grants nothing, and no driver either.
+const Void = "void"
+
+// cudaVersionEnv: with it set and NVIDIA_VISIBLE_DEVICES unset, the toolkit
+// treats an image as legacy and grants every GPU.
+const cudaVersionEnv = "CUDA_VERSION"
+
+// Container is what the runtime shows of one container being created.
+type Container struct {
+	// Env is the final environment, KEY=VALUE, image ENV included.
+	Env []string
+	// Mounts are the container paths of its mounts and their sources.
+	Mounts []Mount
+	// Annotations are the OCI annotations the runtime passes on.
+	Annotations map[string]string
+	// Devices are the device nodes in its spec.
+	Devices []string
+	// AllDevices: its device cgroup allows every device, as for a
+	// privileged container.
+	AllDevices bool
+}
+
+// Mount is one mount of a container.
+type Mount struct{ Destination, Source string }
+
+// Facts are what the enforcer knows of the container beyond its spec.
+type Facts struct {
+	// Allocated are the device IDs the kubelet allocated to the container
+	// for GPU resources, as PodResources reports them.
+	Allocated []string
+	// Exempt names the exemption that covers the pod; "" for none.
+	Exempt string
+	// KAIFraction: the fraction container of a pod KAI scheduled, with the
+	// integration on: KAI, not the kubelet, accounts for its GPUs.
+	KAIFraction bool
+}
+
+// Decision is the adjustment of one container.
+type Decision struct {
+	// Refuse, when set, is why the container must not be created.
+	Refuse string
+	// SetEnv are variables set (replacing any value).
+	SetEnv map[string]string
+	// RemoveEnv, RemoveMounts, RemoveAnnotations and RemoveDevices are
+	// taken away: environment keys, mount destinations, annotation keys and
+	// device node paths.
+	RemoveEnv, RemoveMounts, RemoveAnnotations, RemoveDevices []string
+	// Changes say, one line each, what was changed and why.
+	Changes []string
+}
+
+// Changed reports whether the decision changes the container.
+func (d Decision) Changed() bool { return d.Refuse != "" || len(d.Changes) > 0 }
+
+// Rules are the policy and node facts the decision follows.
+type Rules struct {
+	policy *config.PolicySpec
+	engine *policy.Engine
+	// deviceListRoots are the container paths under which the toolkit reads
+	// /dev/null mounts as device requests.
+	deviceListRoots []string
+	// cdiPrefixes are the annotation prefixes the toolkit reads CDI device
+	// requests from.
+	cdiPrefixes []string
+	gpus        *Inventory
+}
+
+// NewRules builds the rules of a policy on a node with inv's GPUs.
+func NewRules(p *config.Policy, inv *discovery.Inventory) (*Rules, error) {
+	e, err := policy.New(p)
+	if err != nil {
+		return nil, err
+	}
+	return &Rules{policy: &p.Spec, engine: e, deviceListRoots: p.Spec.DeviceListMountRoots,
+		cdiPrefixes: []string{"cdi.k8s.io/"}, gpus: NewInventory(inv)}, nil
+}
+
+// Decide makes c grant exactly what f says the kubelet allocated.
+func (r *Rules) Decide(c Container, f Facts) Decision {
+	d := Decision{SetEnv: map[string]string{}}
+	if f.Exempt != "" {
+		return d
+	}
+	if c.AllDevices {
+		d.Refuse = "gpuguard: a privileged container sees every GPU of the node whatever the kubelet allocated; drop privileged or exempt its service account"
+		return d
+	}
+	grant := r.gpus.grant(f.Allocated)
+	env, counts := envMap(c.Env)
+	gpu := len(f.Allocated) > 0 || f.KAIFraction
+	if !f.KAIFraction {
+		r.decideDeviceVariables(&d, env, grant)
+	}
+	for _, name := range slices.Sorted(maps.Keys(env)) {
+		if problem := r.engine.ProtectedEnvProblem(gpu, name, env[name]); problem != "" && !slices.Contains(r.policy.DeviceVariables(), name) {
+			d.RemoveEnv = append(d.RemoveEnv, name)
+			d.Changes = append(d.Changes, "removed "+name+": "+problem)
+		}
+	}
+	// The runtime reads a variable's last occurrence, and NRI changes or
+	// removes only its first (containerd keeps the image's, the device
+	// plugin's and the pod's values side by side; the NRI spec generator
+	// then folds them to the last). A variable to change that occurs more
+	// than once cannot be made safe: the container is refused.
+	for _, name := range slices.Concat(slices.Sorted(maps.Keys(d.SetEnv)), d.RemoveEnv) {
+		if counts[name] > 1 {
+			return Decision{Refuse: fmt.Sprintf("gpuguard: %s is set %d times in the container's environment (image, device plugin, pod) and the runtime would honour the last, %q, which grants more than the kubelet allocated; remove it from the pod's env and envFrom",
+				name, counts[name], env[name])}
+		}
+	}
+	r.decideMounts(&d, c.Mounts, grant)
+	r.decideAnnotations(&d, c.Annotations, grant)
+	for _, dev := range c.Devices {
+		if minor, ok := gpuMinor(dev); ok && !grant.minors[minor] {
+			d.RemoveDevices = append(d.RemoveDevices, dev)
+			d.Changes = append(d.Changes, "removed device "+dev+": not allocated")
+		}
+	}
+	return d
+}
+
+// decideDeviceVariables sets each device variable to the allocation: void
+// without one, the allocated devices with one, wherever a value would
+// grant more.
+func (r *Rules) decideDeviceVariables(d *Decision, env map[string]string, g grant) {
+	want := Void
+	if len(g.visible) > 0 {
+		want = strings.Join(g.visible, ",")
+	}
+	for i, name := range r.policy.DeviceVariables() {
+		value, set := env[name]
+		switch {
+		case set && g.covers(value, r.deviceListRoots):
+			continue
+		case !set && !(i == 0 && hasKey(env, cudaVersionEnv)):
+			continue // unset grants nothing, unless the legacy-image rule applies
+		}
+		d.SetEnv[name] = want
+		d.Changes = append(d.Changes, fmt.Sprintf("set %s=%s (was %s)", name, want, describe(value, set)))
+	}
+}
+
+// decideMounts removes device-list mounts of devices not allocated.
+func (r *Rules) decideMounts(d *Decision, mounts []Mount, g grant) {
+	for _, m := range mounts {
+		for _, root := range r.deviceListRoots {
+			rest, ok := strings.CutPrefix(path.Clean(m.Destination), root+"/")
+			if !ok {
+				continue
+			}
+			if !g.names[rest] {
+				d.RemoveMounts = append(d.RemoveMounts, m.Destination)
+				d.Changes = append(d.Changes, "removed device-list mount "+m.Destination+": not allocated")
+			}
+			break
+		}
+	}
+}
+
+// decideAnnotations removes CDI device requests that name a device not
+// allocated.
+func (r *Rules) decideAnnotations(d *Decision, annotations map[string]string, g grant) {
+	for _, key := range slices.Sorted(maps.Keys(annotations)) {
+		if !slices.ContainsFunc(r.cdiPrefixes, func(p string) bool { return strings.HasPrefix(key, p) }) {
+			continue
+		}
+		for name := range strings.SplitSeq(annotations[key], ",") {
+			_, device, _ := strings.Cut(strings.TrimSpace(name), "=")
+			if !g.names[device] {
+				d.RemoveAnnotations = append(d.RemoveAnnotations, key)
+				d.Changes = append(d.Changes, fmt.Sprintf("removed annotation %s: %q is not allocated", key, name))
+				break
+			}
+		}
+	}
+}
+
+// gpuMinor reads N from a GPU device node path /dev/nvidiaN.
+func gpuMinor(dev string) (int, bool) {
+	digits, ok := strings.CutPrefix(dev, "/dev/nvidia")
+	if !ok || digits == "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(digits)
+	return n, err == nil
+}
+
+// envMap reads an environment as the runtime does, the last occurrence
+// winning, and counts each key's occurrences.
+func envMap(env []string) (values map[string]string, counts map[string]int) {
+	values, counts = make(map[string]string, len(env)), make(map[string]int, len(env))
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		values[k] = v
+		counts[k]++
+	}
+	return values, counts
+}
+
+func hasKey(m map[string]string, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
+func describe(value string, set bool) string {
+	if !set {
+		return "unset"
+	}
+	return strconv.Quote(value)
+}

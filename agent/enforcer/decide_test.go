@@ -1,0 +1,127 @@
+package enforcer
+
+import (
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/gpuguard/gpuguard/agent/discovery"
+	"github.com/gpuguard/gpuguard/config"
+)
+
+// testNode has two whole GPUs and a third split into two MIG devices.
+func testNode() *discovery.Inventory {
+	return &discovery.Inventory{GPUs: []discovery.GPU{
+		{Index: 0, UUID: "GPU-a", Minor: 0},
+		{Index: 1, UUID: "GPU-b", Minor: 1},
+		{Index: 2, UUID: "GPU-c", Minor: 2, MIGEnabled: true, MIG: []discovery.MIGDevice{
+			{ParentIndex: 2, ParentUUID: "GPU-c", Index: 0, UUID: "MIG-c0"},
+			{ParentIndex: 2, ParentUUID: "GPU-c", Index: 1, UUID: "MIG-c1"},
+		}},
+	}}
+}
+
+func testRules(t *testing.T) *Rules {
+	t.Helper()
+	r, err := NewRules(config.Default(), testNode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+const mountRoot = "/var/run/nvidia-container-devices"
+
+// TestDecide: each channel of the NVIDIA runtime, with and without an
+// allocation; the container ends granting exactly what was allocated.
+func TestDecide(t *testing.T) {
+	r := testRules(t)
+	for _, tc := range []struct {
+		name string
+		c    Container
+		f    Facts
+		// want: variables set, and what is removed, by kind.
+		setEnv                                 map[string]string
+		rmEnv, rmMounts, rmAnnotations, rmDevs []string
+		refuse                                 bool
+	}{
+		{name: "no GPU, image ENV all", c: Container{Env: []string{"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"}},
+			setEnv: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void"}},
+		{name: "no GPU, legacy CUDA image without the variable", c: Container{Env: []string{"CUDA_VERSION=12.4"}},
+			setEnv: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void"}},
+		{name: "no GPU, nothing NVIDIA: untouched", c: Container{Env: []string{"PATH=/bin"}}},
+		{name: "no GPU, already void: untouched", c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=void"}}},
+		{name: "no GPU, none (driver without a GPU) becomes void", c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=none"}},
+			setEnv: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void"}},
+		{name: "one GPU, env all narrowed", c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}},
+			f: Facts{Allocated: []string{"GPU-a"}}, setEnv: map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-a"}},
+		{name: "one GPU, the pod's all after the plugin's list: refused",
+			c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=GPU-a", "NVIDIA_VISIBLE_DEVICES=all"}},
+			f: Facts{Allocated: []string{"GPU-a"}}, refuse: true},
+		{name: "one GPU, the image's all before the plugin's list: untouched",
+			c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=GPU-a"}}, f: Facts{Allocated: []string{"GPU-a"}}},
+		{name: "no GPU, the pod's all after the image's: refused",
+			c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=all"}}, refuse: true},
+		{name: "no GPU, admission's void after the image's all: untouched",
+			c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=void"}}},
+		{name: "one GPU by index, its own value kept", c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=0"}},
+			f: Facts{Allocated: []string{"GPU-a"}}},
+		{name: "one GPU, a neighbour's added", c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-a,GPU-b"}},
+			f: Facts{Allocated: []string{"GPU-a"}}, setEnv: map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-a"}},
+		{name: "time-sliced share: its GPU", c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}},
+			f: Facts{Allocated: []string{"GPU-b::3"}}, setEnv: map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-b"}},
+		{name: "MIG device: itself, not its parent", c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-c"}},
+			f: Facts{Allocated: []string{"MIG-c1"}}, setEnv: map[string]string{"NVIDIA_VISIBLE_DEVICES": "MIG-c1"}},
+		{name: "MIG device by index kept", c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=2:1"}},
+			f: Facts{Allocated: []string{"MIG-c1"}}},
+		{name: "volume-mounts: the root kept, a forged mount removed",
+			c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=" + mountRoot},
+				Mounts: []Mount{{mountRoot + "/GPU-a", "/dev/null"}, {mountRoot + "/all", "/dev/null"}, {"/data", "/srv"}}},
+			f: Facts{Allocated: []string{"GPU-a"}}, rmMounts: []string{mountRoot + "/all"}},
+		{name: "no GPU: every device-list mount removed", c: Container{Mounts: []Mount{{mountRoot + "/GPU-a", "/dev/null"}}},
+			rmMounts: []string{mountRoot + "/GPU-a"}},
+		{name: "CDI annotations: the allocated kept, a forged one removed",
+			c: Container{Annotations: map[string]string{"cdi.k8s.io/gpuguard-agent_x": "nvidia.com/gpu=GPU-a",
+				"cdi.k8s.io/forged": "nvidia.com/gpu=all", "other": "nvidia.com/gpu=all"}},
+			f: Facts{Allocated: []string{"GPU-a"}}, rmAnnotations: []string{"cdi.k8s.io/forged"}},
+		{name: "device nodes: a neighbour's removed, a MIG parent's kept",
+			c: Container{Devices: []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm"}},
+			f: Facts{Allocated: []string{"MIG-c0", "GPU-a"}}, rmDevs: []string{"/dev/nvidia1"}},
+		{name: "protected variable without a GPU removed, allowed one on a GPU kept",
+			c: Container{Env: []string{"NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute"}},
+			f: Facts{Allocated: []string{"GPU-a"}}, rmEnv: []string{"NVIDIA_MIG_CONFIG_DEVICES"}},
+		{name: "driver capabilities without a GPU removed",
+			c: Container{Env: []string{"NVIDIA_DRIVER_CAPABILITIES=all"}}, rmEnv: []string{"NVIDIA_DRIVER_CAPABILITIES"}},
+		{name: "KAI fraction: its ConfigMap's list kept", c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-b"}},
+			f: Facts{KAIFraction: true}},
+		{name: "privileged refused", c: Container{AllDevices: true, Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}}, refuse: true},
+		{name: "exempt: untouched, privileged or not",
+			c: Container{AllDevices: true, Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, Devices: []string{"/dev/nvidia1"}},
+			f: Facts{Exempt: "namespace gpu-operator"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := r.Decide(tc.c, tc.f)
+			if (d.Refuse != "") != tc.refuse {
+				t.Fatalf("refuse = %q, want %v", d.Refuse, tc.refuse)
+			}
+			if tc.setEnv == nil {
+				tc.setEnv = map[string]string{}
+			}
+			if !maps.Equal(d.SetEnv, tc.setEnv) {
+				t.Errorf("set %v, want %v", d.SetEnv, tc.setEnv)
+			}
+			for _, c := range []struct {
+				what      string
+				got, want []string
+			}{{"env", d.RemoveEnv, tc.rmEnv}, {"mounts", d.RemoveMounts, tc.rmMounts},
+				{"annotations", d.RemoveAnnotations, tc.rmAnnotations}, {"devices", d.RemoveDevices, tc.rmDevs}} {
+				if !slices.Equal(c.got, c.want) {
+					t.Errorf("removed %s %v, want %v", c.what, c.got, c.want)
+				}
+			}
+			if changed := len(tc.setEnv)+len(tc.rmEnv)+len(tc.rmMounts)+len(tc.rmAnnotations)+len(tc.rmDevs) > 0 || tc.refuse; d.Changed() != changed {
+				t.Errorf("Changed() = %v with changes %v", d.Changed(), d.Changes)
+			}
+		})
+	}
+}

@@ -1,0 +1,99 @@
+package enforcer
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gpuguard/gpuguard/agent/discovery"
+)
+
+// Inventory names the node's GPUs and MIG devices every way an allocation
+// or a request may name them.
+type Inventory struct {
+	byName map[string]device
+}
+
+// device is one allocatable device: a whole GPU or a MIG device.
+type device struct {
+	// names: UUID and index, of the MIG device for a MIG device.
+	names []string
+	// minor is the GPU device node it needs (/dev/nvidiaN), its parent's for
+	// a MIG device.
+	minor int
+}
+
+// NewInventory indexes inv; nil is a node without GPUs.
+func NewInventory(inv *discovery.Inventory) *Inventory {
+	in := &Inventory{byName: map[string]device{}}
+	if inv == nil {
+		return in
+	}
+	for _, g := range inv.GPUs {
+		whole := device{names: []string{g.UUID, strconv.Itoa(g.Index)}, minor: g.Minor}
+		for _, n := range whole.names {
+			in.byName[n] = whole
+		}
+		for _, m := range g.MIG {
+			mig := device{names: []string{m.UUID, m.IndexID()}, minor: g.Minor}
+			for _, n := range mig.names {
+				in.byName[n] = mig
+			}
+		}
+	}
+	return in
+}
+
+// grant is what an allocation lets a container reach.
+type grant struct {
+	// visible is the device list that grants exactly the allocation.
+	visible []string
+	// names are every name of the allocated devices.
+	names map[string]bool
+	// minors are the GPU device nodes the allocation needs.
+	minors map[int]bool
+}
+
+// grant resolves allocated device IDs: a time-sliced replica
+// "<id>::<n>" is its device; an ID the inventory does not know (another
+// vendor's, a scheme not understood) is kept as it is, so that it is not
+// taken away, but opens no device node.
+func (in *Inventory) grant(allocated []string) grant {
+	g := grant{names: map[string]bool{}, minors: map[int]bool{}}
+	for _, id := range allocated {
+		id, _, _ = strings.Cut(id, "::")
+		d, ok := in.byName[id]
+		if !ok {
+			g.names[id] = true
+			g.visible = append(g.visible, id)
+			continue
+		}
+		for _, n := range d.names {
+			g.names[n] = true
+		}
+		g.minors[d.minor] = true
+		g.visible = append(g.visible, d.names[0])
+	}
+	slices.Sort(g.visible)
+	g.visible = slices.Compact(g.visible)
+	return g
+}
+
+// covers reports whether a device variable's value grants nothing beyond
+// the allocation: void or empty, a device-list mount root (the mounts are
+// judged themselves), or allocated devices only.
+func (g grant) covers(value string, deviceListRoots []string) bool {
+	value = strings.TrimSpace(value)
+	if value == "" || slices.Contains(strings.Split(value, ","), Void) {
+		return true
+	}
+	if slices.Contains(deviceListRoots, value) {
+		return true
+	}
+	for item := range strings.SplitSeq(value, ",") {
+		if !g.names[strings.TrimSpace(item)] {
+			return false
+		}
+	}
+	return true
+}

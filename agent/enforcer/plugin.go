@@ -1,0 +1,211 @@
+package enforcer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpuguard/gpuguard/agent/verifier"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
+)
+
+// DefaultSocket is where containerd and CRI-O serve NRI.
+const DefaultSocket = "/var/run/nri/nri.sock"
+
+// PluginName and PluginIndex name the plugin to the runtime; the index
+// orders it among NRI plugins: late, so that it judges what device
+// injectors before it added.
+const (
+	PluginName  = "gpuguard"
+	PluginIndex = "90"
+)
+
+// Plugin is the enforcer as an NRI plugin.
+type Plugin struct {
+	// Rules are the policy in force on this node's GPUs.
+	Rules *atomic.Pointer[Rules]
+	// Allocations reads the kubelet's allocations.
+	Allocations verifier.AllocationSource
+	// Exemptions are the policy's, as the verifier applies them.
+	Exemptions *verifier.Exemptions
+	// Client records Events on pods whose containers were changed or
+	// refused; nil records none.
+	Client kubernetes.Interface
+	Node   string
+	Log    logr.Logger
+	// Decisions counts containers by result: unchanged, adjusted,
+	// refused, exempt, error.
+	Decisions *prometheus.CounterVec
+	// Latency observes the time one decision takes.
+	Latency prometheus.Observer
+}
+
+// NewMetrics registers the enforcer's metrics.
+func NewMetrics(reg prometheus.Registerer) (*prometheus.CounterVec, prometheus.Histogram) {
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuguard_agent_enforcer_decisions_total",
+		Help: "Containers the node enforcer judged at creation, by result: unchanged, adjusted, refused, exempt, error."}, []string{"result"})
+	latency := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpuguard_agent_enforcer_decision_seconds",
+		Help: "Time the node enforcer takes to judge one container at creation.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)})
+	reg.MustRegister(decisions, latency)
+	return decisions, latency
+}
+
+// Run serves the runtime on socket until ctx ends, connecting again
+// after the runtime restarts.
+func (p *Plugin) Run(ctx context.Context, socket string, retry time.Duration) {
+	for ctx.Err() == nil {
+		err := p.serve(ctx, socket)
+		if ctx.Err() != nil {
+			return
+		}
+		p.Log.Info("NRI connection ended; connecting again", "socket", socket, "reason", fmt.Sprint(err), "retryIn", retry.String())
+		select {
+		case <-ctx.Done():
+		case <-time.After(retry):
+		}
+	}
+}
+
+func (p *Plugin) serve(ctx context.Context, socket string) error {
+	s, err := stub.New(p, stub.WithPluginName(PluginName), stub.WithPluginIdx(PluginIndex), stub.WithSocketPath(socket),
+		stub.WithOnClose(func() {}))
+	if err != nil {
+		return err
+	}
+	if err := s.Start(ctx); err != nil {
+		return fmt.Errorf("registering with the runtime's NRI at %s: %w", socket, err)
+	}
+	p.Log.Info("node enforcer registered with the runtime's NRI", "socket", socket)
+	closed := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.Stop()
+		case <-closed:
+		}
+	}()
+	s.Wait()
+	close(closed)
+	return errors.New("the runtime closed the NRI connection")
+}
+
+// CreateContainer judges one container as the runtime creates it.
+func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	start := time.Now()
+	result, adj, err := p.decide(ctx, pod, ctr)
+	p.Decisions.WithLabelValues(result).Inc()
+	p.Latency.Observe(time.Since(start).Seconds())
+	return adj, nil, err
+}
+
+func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (string, *api.ContainerAdjustment, error) {
+	key := verifier.ContainerKey{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName()}
+	log := p.Log.WithValues("container", key.String())
+	allocations, err := p.Allocations.Allocations(ctx)
+	if err != nil {
+		// Fail closed: without the allocation nothing says what the
+		// container may have; the kubelet retries the creation.
+		log.Error(err, "refused: the kubelet's allocation cannot be read")
+		return "error", nil, fmt.Errorf("gpuguard: cannot read the kubelet's GPU allocation for %s: %w", key, err)
+	}
+	rules := p.Rules.Load()
+	c := verifier.Container{ID: ctr.GetId(), Key: key, PodUID: pod.GetUid()}
+	facts := Facts{Exempt: p.Exemptions.Of(ctx, c), KAIFraction: p.Exemptions.KAIFraction(ctx, c) > 0}
+	for resource, ids := range allocations[key] {
+		if strings.HasPrefix(resource, "dra:") || rules.policy.IsGPUResource(resource) {
+			facts.Allocated = append(facts.Allocated, ids...)
+		}
+	}
+	if facts.Exempt != "" {
+		log.V(1).Info("exempt", "exemption", facts.Exempt)
+		return "exempt", nil, nil
+	}
+	d := rules.Decide(containerOf(ctr), facts)
+	switch {
+	case d.Refuse != "":
+		log.Info("refused", "reason", d.Refuse)
+		go p.event(context.WithoutCancel(ctx), pod, ctr, corev1.EventTypeWarning, wellknown.ReasonContainerRefused, d.Refuse)
+		return "refused", nil, errors.New(d.Refuse)
+	case !d.Changed():
+		log.V(1).Info("unchanged", "allocated", facts.Allocated)
+		return "unchanged", nil, nil
+	}
+	log.Info("adjusted to the allocation", "allocated", facts.Allocated, "changes", d.Changes)
+	go p.event(context.WithoutCancel(ctx), pod, ctr, corev1.EventTypeNormal, wellknown.ReasonContainerAdjusted,
+		"gpuguard made the container grant only its allocation: "+strings.Join(d.Changes, "; "))
+	return "adjusted", adjustment(d), nil
+}
+
+// containerOf is what Decide reads of an NRI container.
+func containerOf(ctr *api.Container) Container {
+	c := Container{Env: ctr.GetEnv(), Annotations: ctr.GetAnnotations()}
+	for _, m := range ctr.GetMounts() {
+		c.Mounts = append(c.Mounts, Mount{Destination: m.GetDestination(), Source: m.GetSource()})
+	}
+	for _, d := range ctr.GetLinux().GetDevices() {
+		c.Devices = append(c.Devices, d.GetPath())
+	}
+	for _, rule := range ctr.GetLinux().GetResources().GetDevices() {
+		if rule.GetAllow() && (rule.GetType() == "" || rule.GetType() == "a") && rule.GetMajor() == nil && rule.GetMinor() == nil {
+			c.AllDevices = true
+		}
+	}
+	return c
+}
+
+// adjustment is d in NRI's terms.
+func adjustment(d Decision) *api.ContainerAdjustment {
+	adj := &api.ContainerAdjustment{}
+	for k, v := range d.SetEnv {
+		adj.AddEnv(k, v)
+	}
+	for _, k := range d.RemoveEnv {
+		adj.RemoveEnv(k)
+	}
+	for _, m := range d.RemoveMounts {
+		adj.RemoveMount(m)
+	}
+	for _, a := range d.RemoveAnnotations {
+		adj.RemoveAnnotation(a)
+	}
+	for _, dev := range d.RemoveDevices {
+		adj.RemoveDevice(dev)
+	}
+	return adj
+}
+
+// event records what the enforcer did to a pod's container, best effort
+// and off the creation's path: the decision stands whether or not the
+// Event is written.
+func (p *Plugin) event(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, kind, reason, msg string) {
+	if p.Client == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	now := metav1.NewTime(time.Now())
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: pod.GetName() + ".", Namespace: pod.GetNamespace()},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.GetNamespace(), Name: pod.GetName(),
+			UID: types.UID(pod.GetUid()), FieldPath: fmt.Sprintf("spec.containers{%s}", ctr.GetName())},
+		Reason: reason, Message: msg, Type: kind,
+		Source:         corev1.EventSource{Component: wellknown.Agent, Host: p.Node},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		ReportingController: wellknown.AgentReportingController, ReportingInstance: p.Node,
+	}
+	if _, err := p.Client.CoreV1().Events(pod.GetNamespace()).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		p.Log.V(1).Info("no Event recorded", "reason", err.Error())
+	}
+}

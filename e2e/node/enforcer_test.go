@@ -1,0 +1,162 @@
+//go:build e2e
+
+package node
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
+)
+
+// The scenarios of the node enforcer run before gpuguard's webhook is
+// installed, with no backstop either: what they show is the node's doing
+// alone. With GPUGUARD_E2E_NODE_WITHOUT_GPUGUARD=1 the agent runs without
+// the enforcer and every one of them fails.
+
+// logEnforcerOnFailure logs the enforcer's lines of the agent's log when
+// the test fails: what it decided, and why.
+func logEnforcerOnFailure(t *testing.T) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for line := range strings.SplitSeq(s.node.AgentLog(), "\n") {
+			if strings.Contains(line, `"enforce`) {
+				t.Log(line)
+			}
+		}
+	})
+}
+
+// testEnforcedNoGPU: a CUDA-image pod (the probe bakes in
+// NVIDIA_VISIBLE_DEVICES=all) without a GPU limit sees no GPU, and its pod
+// gets an Event saying what the enforcer changed.
+func testEnforcedNoGPU(t *testing.T) {
+	logEnforcerOnFailure(t)
+	report, pod := probe(t, tenantNS, probePod("enforced-no-gpu"))
+	expectGPUs(t, report, nil)
+	if v := report.Env["NVIDIA_VISIBLE_DEVICES"]; v != "void" {
+		t.Errorf("the container ran with NVIDIA_VISIBLE_DEVICES=%q, want void from the enforcer", v)
+	}
+	expectEvent(t, pod, wellknown.ReasonContainerAdjusted, "NVIDIA_VISIBLE_DEVICES=void")
+}
+
+// testEnforcedEnvAll: a one-GPU pod whose env asks for every GPU is
+// refused. containerd keeps the image's, the device plugin's and the pod's
+// values side by side, the runtime reads the last, and NRI can change only
+// the first: the enforcer cannot narrow it, so it refuses it.
+func testEnforcedEnvAll(t *testing.T) {
+	logEnforcerOnFailure(t)
+	expectRefused(t, withEnv(gpuPod("enforced-env-all"), "NVIDIA_VISIBLE_DEVICES", "all"))
+}
+
+// testEnforcedNoGPUEnvAll: so is a pod without a GPU limit whose env asks
+// for every GPU on top of its image's.
+func testEnforcedNoGPUEnvAll(t *testing.T) {
+	logEnforcerOnFailure(t)
+	expectRefused(t, withEnv(probePod("enforced-no-gpu-env-all"), "NVIDIA_VISIBLE_DEVICES", "all"))
+}
+
+// testEnforcedSecret: a one-GPU pod pouring NVIDIA_VISIBLE_DEVICES=all in
+// from a Secret (which admission never reads) is refused.
+func testEnforcedSecret(t *testing.T) {
+	logEnforcerOnFailure(t)
+	ctx := context.Background()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{GenerateName: "gpus-"}, StringData: map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"}}
+	secret, err := s.cp.Client.CoreV1().Secrets(tenantNS).Create(ctx, secret, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.cp.Client.CoreV1().Secrets(tenantNS).Delete(ctx, secret.Name, metav1.DeleteOptions{}) })
+	p := gpuPod("enforced-secret")
+	p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: secret.Name}}}}
+	expectRefused(t, p)
+}
+
+// testEnforcedCDIAnnotation: on a node that passes cdi.k8s.io pod
+// annotations to the runtime, a one-GPU pod asking for every GPU through
+// one sees its own only.
+func testEnforcedCDIAnnotation(t *testing.T) {
+	logEnforcerOnFailure(t)
+	report, pod := probe(t, tenantNS, withAnnotation(gpuPod("enforced-cdi"), cdiAllAnnotation, cdiAll))
+	expectAllocatedOnly(t, report, pod)
+}
+
+// testEnforcedUnhonoured: a pod bound to the node asking for a GPU
+// resource the node does not advertise gets nothing allocated, so nothing.
+func testEnforcedUnhonoured(t *testing.T) {
+	logEnforcerOnFailure(t)
+	report, _ := probe(t, tenantNS, unhonouredPod("enforced-unhonoured"))
+	expectGPUs(t, report, nil)
+}
+
+// testEnforcedPrivilegedRefused: a privileged container that no exemption
+// covers is not created; the kubelet reports the enforcer's reason.
+func testEnforcedPrivilegedRefused(t *testing.T) {
+	logEnforcerOnFailure(t)
+	p := probePod("enforced-privileged")
+	p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: new(true)}
+	expectRefused(t, p)
+}
+
+// expectRefused creates p and waits until the kubelet reports that the
+// runtime refused its container for gpuguard; it must never run.
+func expectRefused(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	pods := s.cp.Client.CoreV1().Pods(tenantNS)
+	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.node.DeletePod(ctx, tenantNS, p.Name) })
+	var last string
+	err := framework.Poll(ctx, time.Minute, func() (bool, error) {
+		got, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cs := range got.Status.ContainerStatuses {
+			if cs.State.Running != nil || cs.State.Terminated != nil {
+				return false, errors.New("the container ran")
+			}
+			if w := cs.State.Waiting; w != nil {
+				last = w.Reason + ": " + w.Message
+				return w.Reason == "CreateContainerError" && strings.Contains(w.Message, "gpuguard"), nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v (last state %q), want CreateContainerError naming gpuguard", p.Name, err, last)
+	}
+}
+
+// expectEvent waits for an Event of reason on pod whose message holds want.
+func expectEvent(t *testing.T, pod *corev1.Pod, reason, want string) {
+	t.Helper()
+	ctx := context.Background()
+	err := framework.Poll(ctx, 30*time.Second, func() (bool, error) {
+		evs, err := s.cp.Client.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.name=" + pod.Name + ",reason=" + reason})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, want) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("no %s Event on %s saying %q: %v", reason, pod.Name, want, err)
+	}
+}
