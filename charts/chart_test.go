@@ -79,6 +79,10 @@ certificates:
 agent:
   enabled: false
 `},
+	{"node-enforcer", `
+agent:
+  enforce: true
+`},
 	{"gpu-operator", `
 policy:
   presets:
