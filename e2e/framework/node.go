@@ -267,7 +267,7 @@ func (n *Node) Apply(ctx context.Context, p NodeProfile) error {
 			return err
 		}
 	}
-	before := n.registrations()
+	before, enforcers := n.registrations(), n.enforcerRegistrations()
 	if err := n.agent.stop(30 * time.Second); err != nil {
 		return err
 	}
@@ -278,7 +278,25 @@ func (n *Node) Apply(ctx context.Context, p NodeProfile) error {
 	if err := n.waitRegistered(ctx, before); err != nil {
 		return err
 	}
-	return n.waitEnforcer(ctx, p)
+	return n.waitEnforcer(ctx, p, enforcers)
+}
+
+// StopAgent stops the agent, and with it the node enforcer and the
+// verifier, until StartAgent.
+func (n *Node) StopAgent() error { return n.agent.stop(30 * time.Second) }
+
+// StartAgent starts the agent again with the node's profile and waits
+// until it serves the kubelet and, where the profile runs it, the node
+// enforcer has registered with containerd.
+func (n *Node) StartAgent(ctx context.Context) error {
+	before, enforcers := n.registrations(), n.enforcerRegistrations()
+	if err := n.startAgent(*n.profile); err != nil {
+		return err
+	}
+	if err := n.waitRegistered(ctx, before); err != nil {
+		return err
+	}
+	return n.waitEnforcer(ctx, *n.profile, enforcers)
 }
 
 // Profile is the configuration the node runs with.

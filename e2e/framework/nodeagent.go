@@ -50,9 +50,16 @@ const WithoutGPUGuardEnv = "GPUGUARD_E2E_NODE_WITHOUT_GPUGUARD"
 // NRISocket is containerd's NRI socket, under the node's root.
 func (n *Node) NRISocket() string { return filepath.Join(n.Root, "run", "nri.sock") }
 
+// enforcerRegistrations counts the node enforcer's registrations with
+// containerd's NRI so far (the agent's log is appended to across restarts).
+func (n *Node) enforcerRegistrations() int {
+	return strings.Count(n.AgentLog(), "node enforcer registered with the runtime")
+}
+
 // waitEnforcer waits until the agent's node enforcer has registered with
-// containerd's NRI, when the profile runs it.
-func (n *Node) waitEnforcer(ctx context.Context, p NodeProfile) error {
+// containerd's NRI again since before registrations, when the profile runs
+// it.
+func (n *Node) waitEnforcer(ctx context.Context, p NodeProfile, before int) error {
 	if !p.Enforce || os.Getenv(WithoutGPUGuardEnv) == "1" {
 		return nil
 	}
@@ -60,7 +67,7 @@ func (n *Node) waitEnforcer(ctx context.Context, p NodeProfile) error {
 		if err := n.agent.exited(); err != nil {
 			return false, err
 		}
-		return strings.Contains(n.AgentLog(), "node enforcer registered with the runtime"), nil
+		return n.enforcerRegistrations() > before, nil
 	})
 	if err != nil {
 		return fmt.Errorf("node enforcer: %w\n%s", err, Tail(n.agent.Log))

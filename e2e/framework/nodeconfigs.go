@@ -34,6 +34,9 @@ type NodeProfile struct {
 	// Enforce runs the agent's node enforcer on containerd's NRI socket
 	// (which every profile serves), unless WithoutGPUGuardEnv is set.
 	Enforce bool
+	// RequireEnforcer has containerd's NRI default validator require the
+	// enforcer: containers are refused while it is not connected.
+	RequireEnforcer bool
 }
 
 // String names the profile in logs and tables.
@@ -55,6 +58,9 @@ func (p NodeProfile) String() string {
 	if p.Enforce {
 		s += ", node enforcer"
 	}
+	if p.RequireEnforcer {
+		s += " required by containerd"
+	}
 	if p.Verify != "" {
 		s += ", verifier " + p.Verify
 	}
@@ -72,7 +78,7 @@ func (p NodeProfile) servedResource() (string, int) {
 
 // containerdKey is what a containerd restart depends on.
 func (p NodeProfile) containerdKey() string {
-	return fmt.Sprint(p.RuncDefault, p.PodAnnotations)
+	return fmt.Sprint(p.RuncDefault, p.PodAnnotations, p.RequireEnforcer)
 }
 
 // toolkitConfig is the NVIDIA Container Toolkit's config.toml. The runtime
@@ -137,7 +143,7 @@ plugin_path = %[17]q
 plugin_config_path = %[18]q
 plugin_registration_timeout = "5s"
 plugin_request_timeout = "2s"
-
+%[19]s
 [plugins.'io.containerd.cri.v1.images']
 # native: no overlay mounts, whatever file system the temporary root is on.
 snapshotter = "native"
@@ -182,7 +188,7 @@ BinaryName = %[13]q
 		filepath.Join(n.Root, "containerd", "opt"), PauseImage, rt, n.cdiDir(), n.restrictOOMScoreAdj,
 		filepath.Join(n.Root, "cni"), filepath.Join(n.assets, "cni"), defaultRuntime, strings.Join(quoted, ", "),
 		filepath.Join(n.assets, "nvidia-container-runtime"), runtime.GOARCH, n.registryHostsDir(),
-		n.NRISocket(), filepath.Join(n.Root, "nri", "plugins"), filepath.Join(n.Root, "nri", "conf.d"))
+		n.NRISocket(), filepath.Join(n.Root, "nri", "plugins"), filepath.Join(n.Root, "nri", "conf.d"), requiredPlugins(p))
 }
 
 func (n *Node) registryHostsDir() string { return filepath.Join(n.Root, "containerd", "certs.d") }
@@ -254,4 +260,17 @@ func writeFile(path, content string) error {
 		return err
 	}
 	return os.WriteFile(path, []byte(content), 0o644)
+}
+
+// requiredPlugins is the NRI default validator's section that requires the
+// node enforcer, when the profile asks for it.
+func requiredPlugins(p NodeProfile) string {
+	if !p.RequireEnforcer {
+		return ""
+	}
+	return `
+[plugins.'io.containerd.nri.v1.nri'.default_validator]
+enable = true
+required_plugins = ["gpuguard"]
+`
 }

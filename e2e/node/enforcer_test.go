@@ -4,7 +4,9 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -159,4 +161,113 @@ func expectEvent(t *testing.T, pod *corev1.Pod, reason, want string) {
 	if err != nil {
 		t.Errorf("no %s Event on %s saying %q: %v", reason, pod.Name, want, err)
 	}
+}
+
+// testEnforcerDownFailsOpen: NRI skips a plugin that is not connected, so
+// with the enforcer down a container is created as its pod says (here,
+// with every GPU of its image's all); once the enforcer is back, the same
+// container is judged again at its next start and sees none.
+func testEnforcerDownFailsOpen(t *testing.T) {
+	logEnforcerOnFailure(t)
+	ctx := context.Background()
+	if err := s.node.StopAgent(); err != nil {
+		t.Fatal(err)
+	}
+	up := false
+	t.Cleanup(func() {
+		if !up {
+			_ = s.node.StartAgent(ctx)
+		}
+	})
+	p := probePod("enforcer-down")
+	p.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	if _, err := s.cp.Client.CoreV1().Pods(tenantNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.node.DeletePod(ctx, tenantNS, p.Name) })
+	expectGPUs(t, runStartedAfter(t, p.Name, time.Time{}), allGPUs())
+	if err := s.node.StartAgent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	up = true
+	// StartedAt has whole seconds: only a run that began a full second
+	// after the enforcer registered is surely its.
+	back := time.Now().Truncate(time.Second).Add(time.Second)
+	expectGPUs(t, runStartedAfter(t, p.Name, back), nil)
+}
+
+// testEnforcerRequired: with containerd's NRI default validator requiring
+// the enforcer, a container is refused while it is down, and created,
+// judged, once it is back.
+func testEnforcerRequired(t *testing.T) {
+	logEnforcerOnFailure(t)
+	ctx := context.Background()
+	if err := s.node.StopAgent(); err != nil {
+		t.Fatal(err)
+	}
+	up := false
+	t.Cleanup(func() {
+		if !up {
+			_ = s.node.StartAgent(ctx)
+		}
+	})
+	p := probePod("enforcer-required")
+	pods := s.cp.Client.CoreV1().Pods(tenantNS)
+	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.node.DeletePod(ctx, tenantNS, p.Name) })
+	var last string
+	err := framework.Poll(ctx, time.Minute, func() (bool, error) {
+		got, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cs := range got.Status.ContainerStatuses {
+			if cs.State.Running != nil || cs.State.Terminated != nil {
+				return false, errors.New("the container ran without the enforcer")
+			}
+			if w := cs.State.Waiting; w != nil {
+				last = w.Reason + ": " + w.Message
+				return w.Reason == "CreateContainerError" && strings.Contains(w.Message, `required plugin "gpuguard"`), nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("with the enforcer down: %v (last state %q), want CreateContainerError for the required plugin", err, last)
+	}
+	if err := s.node.StartAgent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	up = true
+	expectGPUs(t, runStartedAfter(t, p.Name, time.Time{}), nil)
+}
+
+// runStartedAfter waits for a run of pod name's probe container that began
+// at or after after and has ended, and returns what it saw.
+func runStartedAfter(t *testing.T, name string, after time.Time) framework.ProbeReport {
+	t.Helper()
+	ctx := context.Background()
+	var report framework.ProbeReport
+	var status string
+	err := framework.Poll(ctx, 3*time.Minute, func() (bool, error) {
+		pod, err := s.cp.Client.CoreV1().Pods(tenantNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || len(pod.Status.ContainerStatuses) == 0 {
+			return false, nil
+		}
+		cs := pod.Status.ContainerStatuses[0]
+		status = fmt.Sprintf("restarts %d, state %+v", cs.RestartCount, cs.State)
+		for _, run := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+			if run != nil && run.ExitCode == 0 && !run.StartedAt.Time.Before(after) {
+				return true, json.Unmarshal([]byte(run.Message), &report)
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no run of %s that began after %s ended: %v (%s)", name, after.Format(time.RFC3339), err, status)
+	}
+	t.Logf("%s (run begun after %s) saw GPUs %v, NVIDIA_VISIBLE_DEVICES=%q", name, after.Format(time.RFC3339), report.GPUs(), report.Env["NVIDIA_VISIBLE_DEVICES"])
+	return report
 }

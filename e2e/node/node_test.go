@@ -38,6 +38,7 @@ var (
 	// enforcedPassthrough the same passing cdi.k8s.io pod annotations on.
 	enforced            = framework.NodeProfile{Strategy: "envvar", Enforce: true}
 	enforcedPassthrough = framework.NodeProfile{Strategy: "envvar", Enforce: true, PodAnnotations: []string{"cdi.k8s.io/*"}}
+	enforcedRequired    = framework.NodeProfile{Strategy: "envvar", Enforce: true, RequireEnforcer: true}
 )
 
 const defaultPolicy = `apiVersion: gpuguard.io/v1alpha1
@@ -59,6 +60,9 @@ func TestNode(t *testing.T) {
 		t.Run("a one-GPU pod taking every GPU from a Secret is refused", testEnforcedSecret)
 		t.Run("a pod bound to the node asking for what it does not advertise sees no GPU", testEnforcedUnhonoured)
 		t.Run("a privileged container is refused", testEnforcedPrivilegedRefused)
+		t.Run("with the enforcer down a container is created as its pod says, and judged at its next start", testEnforcerDownFailsOpen)
+		apply(t, enforcedRequired)
+		t.Run("required by containerd, with the enforcer down a container is refused until it is back", testEnforcerRequired)
 		apply(t, enforcedPassthrough)
 		t.Run("a one-GPU pod asking for every GPU by CDI annotation sees its own", testEnforcedCDIAnnotation)
 	})
