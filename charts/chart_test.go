@@ -82,6 +82,8 @@ agent:
 	{"node-enforcer", `
 agent:
   enforce: true
+admission:
+  injectVoid: auto
 `},
 	{"gpu-operator", `
 policy:
@@ -834,6 +836,12 @@ func TestRBAC(t *testing.T) {
 					}
 				}
 			}
+			if rc.name == "node-enforcer" {
+				// injectVoid auto: the GPU nodes' labels and the node
+				// enforcers' Leases.
+				want = append(want, rbacRule{"cluster", "", "nodes", "list", ""}, rbacRule{"cluster", "", "nodes", "watch", ""},
+					rbacRule{ns, "coordination.k8s.io", "leases", "list", ""}, rbacRule{ns, "coordination.k8s.io", "leases", "watch", ""})
+			}
 			checkGrants(t, "gpuguard-webhook", got["gpuguard-webhook"], want)
 			var agentWant []rbacRule
 			if rc.name != "agent-off" {
@@ -845,6 +853,13 @@ func TestRBAC(t *testing.T) {
 			}
 			if rc.name == "observability" {
 				agentWant = append(agentWant, rbacRule{"cluster", "", "nodes", "patch", ""})
+			}
+			if rc.name == "node-enforcer" {
+				// The enforcer's Lease, in the release namespace (the
+				// node-scope policy holds each agent to its own node's).
+				for _, v := range []string{"get", "create", "update"} {
+					agentWant = append(agentWant, rbacRule{ns, "coordination.k8s.io", "leases", v, ""})
+				}
 			}
 			checkGrants(t, "gpuguard-agent", got["gpuguard-agent"], agentWant)
 			for sa := range got {

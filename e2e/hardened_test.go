@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -114,4 +115,50 @@ func setNodeLabels(t *testing.T, name string, labels map[string]string) {
 	if _, err := nodes.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestEnforcedProfileFollowsTheLeases: with --enforcer-lease-namespace, a
+// GPU node that is not hardened counts as covered while its node enforcer
+// holds a fresh Lease, so a plain pod is stored without void; when the
+// Lease goes stale, with no event to say so, void is injected again.
+func TestEnforcedProfileFollowsTheLeases(t *testing.T) {
+	ctx := context.Background()
+	hardened, enforced := "gpu-lease-hardened", "gpu-lease-enforced"
+	setNodeLabels(t, hardened, map[string]string{gpuNodeLabel: "true", wellknown.HardenedMarkLabel: "true"})
+	setNodeLabels(t, enforced, map[string]string{gpuNodeLabel: "true"})
+	leases := s.cp.Client.CoordinationV1().Leases(releaseNS)
+	holder, seconds := enforced, int32(15)
+	renewed := metav1.NewMicroTime(time.Now())
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: wellknown.EnforcerLeasePrefix + enforced},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds, RenewTime: &renewed}}
+	if _, err := leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wh := startClusterWebhook(t, "gpuguard-leases", "--inject-void=auto", "--gpu-node-label", gpuNodeLabel+"=true",
+		"--enforcer-lease-namespace", releaseNS)
+	if err := wh.WaitReady(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	s.Configs.PointAt(wh.Port, s.CA.PEM)
+	defer func() {
+		_ = wh.Stop()
+		_ = leases.Delete(ctx, lease.Name, metav1.DeleteOptions{})
+		for _, n := range []string{hardened, enforced} {
+			_ = s.cp.Client.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
+		}
+		s.Configs.PointAt(s.Webhook.Port, s.CA.PEM)
+		if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
+			t.Error(err)
+		}
+		if err := s.waitEnforcing(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
+		t.Fatal(err)
+	}
+	waitVoid(t, wh, false)
+	// Not renewed, the Lease goes stale after its 15 s: the webhook looks
+	// again on its own.
+	waitVoid(t, wh, true)
 }

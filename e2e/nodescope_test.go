@@ -11,6 +11,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,7 +75,18 @@ func TestAgentNodeScope(t *testing.T) {
 		_, err := c.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	}
+	if err := framework.EnsureNamespace(ctx, s.cp, chartNamespace, nil); err != nil {
+		t.Fatal(err)
+	}
+	lease := func(c kubernetes.Interface, node, holder string) error {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "gpuguard-enforcer-" + node, Namespace: chartNamespace},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}
+		_, err := c.CoordinationV1().Leases(chartNamespace).Create(ctx, l, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
 	attacks := map[string]func() error{
+		"hold another node's enforcer Lease":  func() error { return lease(onA, "node-b", "node-b") },
+		"its enforcer Lease held by another":  func() error { return lease(onA, "node-a", "node-b") },
 		"label another node":                  func() error { return label(onA, "node-b", "gpuguard.io/hardened") },
 		"a label not gpuguard's, on its node": func() error { return label(onA, "node-a", "node-role.kubernetes.io/control-plane") },
 		"delete a pod on another node":        func() error { return deletePod(onA, "node-b") },
@@ -85,6 +97,7 @@ func TestAgentNodeScope(t *testing.T) {
 		"its own node's gpuguard labels": func() error { return label(onA, "node-a", "gpuguard.io/hardened") },
 		"delete a pod on its node":       func() error { return deletePod(onA, "node-a") },
 		"an Event from its node":         func() error { return event(onA, "node-a") },
+		"its own enforcer Lease":         func() error { return lease(onA, "node-a", "node-a") },
 	}
 	for name, attack := range attacks {
 		if err := attack(); err != nil {
@@ -138,6 +151,7 @@ func grantAgent(t *testing.T, ctx context.Context) {
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 	}}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "nodescope-agent"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},

@@ -86,7 +86,8 @@ func watchCluster(mgr manager.Manager, o Options, source *policysource.Source, m
 		reconciler.Fallback = config.DefaultYAML()
 	}
 	if o.InjectVoid == InjectAuto {
-		reconciler.Hardening = &hardening.Nodes{Reader: mgr.GetClient(), GPUNodeLabels: o.GPUNodeLabels}
+		reconciler.Hardening = &hardening.Nodes{Reader: mgr.GetClient(), GPUNodeLabels: o.GPUNodeLabels, LeaseNamespace: o.EnforcerLeaseNamespace}
+		reconciler.LeaseNamespace = o.EnforcerLeaseNamespace
 		reconciler.InjectionOff = m.InjectionOff
 	}
 	if apply := clusterAppliers(mgr, o, m); len(apply) > 0 {

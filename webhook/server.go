@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -102,6 +103,10 @@ type Options struct {
 	// GPUNodeLabels) reports itself hardened (wellknown.HardenedMarkLabel).
 	InjectVoid    InjectVoid
 	GPUNodeLabels []hardening.Label
+	// EnforcerLeaseNamespace, with InjectAuto, is where the agents' node
+	// enforcers hold their Leases: a GPU node whose enforcer holds a fresh
+	// one counts as covered, as a hardened one does.
+	EnforcerLeaseNamespace string
 
 	// Audit, when set, runs the background audit (and writes OpenReports).
 	Audit *backgroundaudit.Options
@@ -182,6 +187,9 @@ func (o Options) validate() error {
 	if err := o.limits().Validate(); err != nil {
 		return err
 	}
+	if o.EnforcerLeaseNamespace != "" && o.InjectVoid != InjectAuto {
+		return errors.New("--enforcer-lease-namespace follows the node enforcers for --inject-void=auto; it means nothing without it")
+	}
 	switch o.InjectVoid {
 	case "", InjectAlways, InjectNever:
 	case InjectAuto:
@@ -248,6 +256,11 @@ func newManager(o Options) (manager.Manager, error) {
 			Field:      fields.OneTermEqualSelector("metadata.name", o.PolicyConfigMap.Name),
 		},
 	}}
+	if o.EnforcerLeaseNamespace != "" {
+		// The node enforcers' Leases, in their namespace only: the webhook
+		// may not list Leases anywhere else.
+		opts.Cache.ByObject[&coordinationv1.Lease{}] = cache.ByObject{Namespaces: map[string]cache.Config{o.EnforcerLeaseNamespace: {}}}
+	}
 	return ctrl.NewManager(o.RestConfig, opts)
 }
 

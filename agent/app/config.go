@@ -66,6 +66,9 @@ type Config struct {
 	// Enforce runs the node enforcer, an NRI plugin on NRISocket.
 	Enforce   bool
 	NRISocket string
+	// EnforcerLeaseNamespace is where the enforcer holds its Lease; empty
+	// holds none.
+	EnforcerLeaseNamespace string
 }
 
 // DefaultConfig has the flags' defaults.
@@ -132,6 +135,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.VerifyContainerEvents, "verify-container-events", c.VerifyContainerEvents, "look at a container as soon as the runtime reports it started (the CRI event stream); turn off where the kubelet runs Evented PLEG on containerd before 2.0 or on CRI-O, which hand each event to one subscriber")
 	fs.BoolVar(&c.Enforce, "enforce", c.Enforce, "node enforcer: as an NRI plugin of the runtime, make every container's final spec grant exactly the GPUs the kubelet allocated to it (device variables, device-list mounts, CDI annotations, GPU device nodes), remove protected variables the policy does not allow, and refuse privileged containers that are not exempt")
 	fs.StringVar(&c.NRISocket, "nri-socket", c.NRISocket, "the runtime's NRI socket, for --enforce")
+	fs.StringVar(&c.EnforcerLeaseNamespace, "enforcer-lease-namespace", c.EnforcerLeaseNamespace, "namespace of the Lease the enforcer holds while registered (gpuguard-enforcer-<node>), which the webhook's --inject-void=auto follows (default: $POD_NAMESPACE; none without API access)")
 	fs.BoolVar(&c.Reports, "reports", c.Reports, "also keep the verifier's findings in an OpenReports ClusterReport, gpuguard-node-<node> (needs its CRD)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig for Events and evictions (default: the pod's service account in a cluster; none outside one)")
 	fs.BoolVar(&c.PublishNodeLabels, "publish-node-labels", c.PublishNodeLabels, "label this node with the hardening report (gpuguard.io/hardened, node-restriction.kubernetes.io/gpuguard-hardened, gpuguard.io/check.*); needs $NODE_NAME or --node-name, and RBAC to get and patch nodes")

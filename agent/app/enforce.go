@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +34,13 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 	p := &enforcer.Plugin{Rules: current, Allocations: allocations, Exemptions: ex,
 		Client: a.kube, Node: a.cfg.NodeName, Log: a.log.WithName("enforce"),
 		Decisions: a.enforceDecisions, Latency: a.enforceLatency}
+	ns := a.cfg.EnforcerLeaseNamespace
+	if ns == "" {
+		ns = os.Getenv("POD_NAMESPACE")
+	}
+	if a.kube != nil && ns != "" {
+		p.Lease = &enforcer.Lease{Client: a.kube, Namespace: ns, Node: a.cfg.NodeName, Duration: enforcer.DefaultLeaseDuration, Log: p.Log}
+	}
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()

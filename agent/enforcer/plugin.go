@@ -44,7 +44,9 @@ type Plugin struct {
 	// refused; nil records none.
 	Client kubernetes.Interface
 	Node   string
-	Log    logr.Logger
+	// Lease, when set, is held while the enforcer is registered.
+	Lease *Lease
+	Log   logr.Logger
 	// Decisions counts containers by result: unchanged, adjusted,
 	// refused, exempt, error.
 	Decisions *prometheus.CounterVec
@@ -88,6 +90,11 @@ func (p *Plugin) serve(ctx context.Context, socket string) error {
 		return fmt.Errorf("registering with the runtime's NRI at %s: %w", socket, err)
 	}
 	p.Log.Info("node enforcer registered with the runtime's NRI", "socket", socket)
+	held, release := context.WithCancel(ctx)
+	defer release()
+	if p.Lease != nil {
+		go p.Lease.Hold(held)
+	}
 	closed := make(chan struct{})
 	go func() {
 		select {

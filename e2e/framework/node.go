@@ -12,6 +12,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // NodeBinaries are the node stack's programs, built by hack/build-node.sh
@@ -32,6 +35,8 @@ type Node struct {
 	assets   string
 	// ToolkitVersion is given to the agent, which cannot run nvidia-ctk here.
 	toolkitVersion string
+	// agentNamespace: NodeOptions.AgentNamespace.
+	agentNamespace string
 	// restrictOOMScoreAdj is set where this process cannot lower
 	// oom_score_adj (no CAP_SYS_RESOURCE, as in unprivileged containers).
 	restrictOOMScoreAdj bool
@@ -57,6 +62,9 @@ type NodeOptions struct {
 	RepoRoot       string
 	Assets         string // hack/build-node.sh's output, _output/bin
 	ToolkitVersion string
+	// AgentNamespace is where the agent's node enforcer holds its Lease, as
+	// the chart's agent does in the release namespace; empty holds none.
+	AgentNamespace string
 }
 
 // NodeReadiness says why this machine cannot run a node, or nil.
@@ -98,7 +106,7 @@ func StartNode(ctx context.Context, cp *ControlPlane, opts NodeOptions) (*Node, 
 		return nil, err
 	}
 	n := &Node{Name: opts.Name, Root: root, cp: cp, repoRoot: opts.RepoRoot, assets: opts.Assets,
-		toolkitVersion: opts.ToolkitVersion, restrictOOMScoreAdj: !HasCapability(capSysResource)}
+		toolkitVersion: opts.ToolkitVersion, agentNamespace: opts.AgentNamespace, restrictOOMScoreAdj: !HasCapability(capSysResource)}
 	if err := n.start(ctx); err != nil {
 		return nil, errors.Join(err, n.Stop(context.Background()))
 	}
@@ -297,6 +305,21 @@ func (n *Node) StartAgent(ctx context.Context) error {
 		return err
 	}
 	return n.waitEnforcer(ctx, *n.profile, enforcers)
+}
+
+// EnforcerLeaseHolder is the holder of the node enforcer's Lease ("" when
+// released), and whether the Lease exists.
+func (n *Node) EnforcerLeaseHolder(ctx context.Context) (string, bool, error) {
+	l, err := n.cp.Client.CoordinationV1().Leases(n.agentNamespace).Get(ctx, "gpuguard-enforcer-"+n.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", false, nil
+	case err != nil:
+		return "", false, err
+	case l.Spec.HolderIdentity == nil:
+		return "", true, nil
+	}
+	return *l.Spec.HolderIdentity, true, nil
 }
 
 // Profile is the configuration the node runs with.

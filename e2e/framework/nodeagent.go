@@ -37,6 +37,9 @@ func (n *Node) startAgent(p NodeProfile) error {
 	}
 	if p.Enforce && os.Getenv(WithoutGPUGuardEnv) != "1" {
 		verifyArgs = append(verifyArgs, "--enforce", "--nri-socket", n.NRISocket())
+		if n.agentNamespace != "" {
+			verifyArgs = append(verifyArgs, "--enforcer-lease-namespace", n.agentNamespace)
+		}
 	}
 	n.agent, err = startDaemon("gpuguard-agent", filepath.Join(n.Root, "log"), nil, n.agentBinary, append(args, verifyArgs...)...)
 	return err

@@ -186,10 +186,14 @@ func testEnforcerDownFailsOpen(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.node.DeletePod(ctx, tenantNS, p.Name) })
 	expectGPUs(t, runStartedAfter(t, p.Name, time.Time{}), allGPUs())
+	// Stopped, the enforcer has released its Lease: the webhook's
+	// injectVoid auto no longer counts the node as covered.
+	expectLeaseHolder(t, "")
 	if err := s.node.StartAgent(ctx); err != nil {
 		t.Fatal(err)
 	}
 	up = true
+	expectLeaseHolder(t, nodeName)
 	// StartedAt has whole seconds: only a run that began a full second
 	// after the enforcer registered is surely its.
 	back := time.Now().Truncate(time.Second).Add(time.Second)
@@ -270,4 +274,20 @@ func runStartedAfter(t *testing.T, name string, after time.Time) framework.Probe
 	}
 	t.Logf("%s (run begun after %s) saw GPUs %v, NVIDIA_VISIBLE_DEVICES=%q", name, after.Format(time.RFC3339), report.GPUs(), report.Env["NVIDIA_VISIBLE_DEVICES"])
 	return report
+}
+
+// expectLeaseHolder waits until the node enforcer's Lease is held by
+// holder ("" for released).
+func expectLeaseHolder(t *testing.T, holder string) {
+	t.Helper()
+	var got string
+	var exists bool
+	err := framework.Poll(context.Background(), 30*time.Second, func() (bool, error) {
+		var err error
+		got, exists, err = s.node.EnforcerLeaseHolder(context.Background())
+		return exists && got == holder, err
+	})
+	if err != nil {
+		t.Fatalf("the node enforcer's Lease: exists %v, held by %q; want held by %q: %v", exists, got, holder, err)
+	}
 }

@@ -59,13 +59,15 @@ func run(m *testing.M, root string) (int, error) {
 	if _, err := framework.InstallOpenReportsCRDs(ctx, cp, root); err != nil {
 		return 1, err
 	}
-	for _, ns := range []string{tenantNS, exemptNS} {
+	// releaseNS exists before gpuguard's install: the node enforcer holds
+	// its Lease there, as the chart's agent does in the release namespace.
+	for _, ns := range []string{tenantNS, exemptNS, releaseNS} {
 		if err := framework.EnsureNamespace(ctx, cp, ns, nil); err != nil {
 			return 1, err
 		}
 	}
 	node, err := framework.StartNode(interrupt.Context(), cp, framework.NodeOptions{Name: nodeName, RepoRoot: root, Assets: assets,
-		ToolkitVersion: version})
+		ToolkitVersion: version, AgentNamespace: releaseNS})
 	if err != nil {
 		return 1, err
 	}

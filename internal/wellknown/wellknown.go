@@ -25,6 +25,10 @@ const (
 	// the void injection off, trusts this one only: any kubelet may label its
 	// node gpuguard.io/hardened=true.
 	HardenedMarkLabel = "node-restriction.kubernetes.io/gpuguard-hardened"
+	// EnforcerLeasePrefix names the Lease a node's enforcer holds while it
+	// is registered with the runtime: the prefix and the node's name, in
+	// the agent's namespace, held by the node's name.
+	EnforcerLeasePrefix = "gpuguard-enforcer-"
 	// CheckLabelPrefix prefixes one node label per hardening check, the
 	// check's ID after it, its status as the value.
 	CheckLabelPrefix = Domain + "/check."

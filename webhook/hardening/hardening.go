@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,10 +22,18 @@ import (
 
 // Nodes reads the GPU nodes' reports.
 type Nodes struct {
-	// Reader lists Node metadata (a metadata-only cache).
+	// Reader lists Node metadata (a metadata-only cache) and, with
+	// LeaseNamespace, Leases.
 	Reader client.Reader
 	// GPUNodeLabels select GPU nodes: a node with any of them is one.
 	GPUNodeLabels []Label
+	// LeaseNamespace, when set, is where the agents' node enforcers hold
+	// their Leases (wellknown.EnforcerLeaseName): a GPU node whose enforcer
+	// holds a fresh one is covered too, since every container it creates
+	// grants exactly its allocation.
+	LeaseNamespace string
+	// Now is the clock Leases are judged by; nil is time.Now.
+	Now func() time.Time
 }
 
 // Label is one node label, key and value.
@@ -49,13 +59,21 @@ func (n *Nodes) AllHardened(ctx context.Context) (ok bool, why string, err error
 	if err := n.Reader.List(ctx, list); err != nil {
 		return false, "", fmt.Errorf("listing nodes: %w", err)
 	}
+	enforced, err := n.enforcedNodes(ctx)
+	if err != nil {
+		return false, "", err
+	}
 	var gpu []string
 	for _, node := range list.Items {
 		if !n.isGPUNode(node.Labels) {
 			continue
 		}
-		if node.Labels[wellknown.HardenedMarkLabel] != "true" {
-			return false, fmt.Sprintf("GPU node %s does not report %s=true", node.Name, wellknown.HardenedMarkLabel), nil
+		if node.Labels[wellknown.HardenedMarkLabel] != "true" && !enforced[node.Name] {
+			why := fmt.Sprintf("GPU node %s does not report %s=true", node.Name, wellknown.HardenedMarkLabel)
+			if n.LeaseNamespace != "" {
+				why += " and holds no fresh node enforcer Lease"
+			}
+			return false, why, nil
 		}
 		gpu = append(gpu, node.Name)
 	}
@@ -63,7 +81,39 @@ func (n *Nodes) AllHardened(ctx context.Context) (ok bool, why string, err error
 		return false, "no GPU node", nil
 	}
 	slices.Sort(gpu)
-	return true, fmt.Sprintf("all %d GPU nodes report %s=true", len(gpu), wellknown.HardenedMarkLabel), nil
+	why = fmt.Sprintf("all %d GPU nodes report %s=true", len(gpu), wellknown.HardenedMarkLabel)
+	if n.LeaseNamespace != "" {
+		why = fmt.Sprintf("all %d GPU nodes report %s=true or run a node enforcer", len(gpu), wellknown.HardenedMarkLabel)
+	}
+	return true, why, nil
+}
+
+// enforcedNodes are the nodes whose enforcer holds a fresh Lease: named
+// after the node, held by it, renewed within its duration.
+func (n *Nodes) enforcedNodes(ctx context.Context) (map[string]bool, error) {
+	if n.LeaseNamespace == "" {
+		return nil, nil
+	}
+	leases := &coordinationv1.LeaseList{}
+	if err := n.Reader.List(ctx, leases, client.InNamespace(n.LeaseNamespace)); err != nil {
+		return nil, fmt.Errorf("listing the node enforcers' Leases: %w", err)
+	}
+	now := time.Now
+	if n.Now != nil {
+		now = n.Now
+	}
+	out := map[string]bool{}
+	for _, l := range leases.Items {
+		node, ok := strings.CutPrefix(l.Name, wellknown.EnforcerLeasePrefix)
+		s := l.Spec
+		if !ok || s.HolderIdentity == nil || *s.HolderIdentity != node || s.RenewTime == nil || s.LeaseDurationSeconds == nil {
+			continue
+		}
+		if now().Before(s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second)) {
+			out[node] = true
+		}
+	}
+	return out, nil
 }
 
 func (n *Nodes) isGPUNode(labels map[string]string) bool {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,5 +62,43 @@ func TestParseLabel(t *testing.T) {
 		if _, err := ParseLabel(bad); err == nil {
 			t.Errorf("%q: want an error", bad)
 		}
+	}
+}
+
+func lease(name, holder string, renewed time.Time, seconds int32) client.Object {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "gpuguard-system"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, RenewTime: &metav1.MicroTime{Time: renewed}, LeaseDurationSeconds: &seconds}}
+}
+
+// TestEnforcerLeasesCover: a GPU node that is not hardened is covered while
+// its node enforcer holds a fresh Lease named after it, in the namespace
+// followed; not when the Lease is stale, held by another node, or
+// elsewhere.
+func TestEnforcerLeasesCover(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	gpu := node("n1", map[string]string{"nvidia.com/gpu.present": "true"})
+	for _, tc := range []struct {
+		name  string
+		lease client.Object
+		want  bool
+	}{
+		{"fresh", lease("gpuguard-enforcer-n1", "n1", now.Add(-30*time.Second), 60), true},
+		{"stale", lease("gpuguard-enforcer-n1", "n1", now.Add(-61*time.Second), 60), false},
+		{"held by another node", lease("gpuguard-enforcer-n1", "n2", now, 60), false},
+		{"released", lease("gpuguard-enforcer-n1", "", now, 60), false},
+		{"another node's", lease("gpuguard-enforcer-n2", "n2", now, 60), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithObjects(gpu, tc.lease).Build()
+			n := &Nodes{Reader: c, GPUNodeLabels: gpuLabels, LeaseNamespace: "gpuguard-system", Now: func() time.Time { return now }}
+			got, why, err := n.AllHardened(context.Background())
+			if err != nil || got != tc.want {
+				t.Errorf("covered %v (%s, %v), want %v", got, why, err, tc.want)
+			}
+			n.LeaseNamespace = "elsewhere"
+			if got, _, _ := n.AllHardened(context.Background()); got {
+				t.Error("a Lease outside the namespace followed must not count")
+			}
+		})
 	}
 }

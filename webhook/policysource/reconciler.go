@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,6 +58,10 @@ type Reconciler struct {
 		AllHardened(ctx context.Context) (bool, string, error)
 	}
 	InjectionOff prometheus.Gauge
+	// LeaseNamespace, when set, is where the node enforcers' Leases are,
+	// which count for the profile too: they are watched, and the hardening
+	// is read again every leaseRecheck, since a Lease goes stale silently.
+	LeaseNamespace string
 
 	// applied is the hash of the policy Apply last succeeded with.
 	applied string
@@ -71,13 +77,20 @@ type Reconciler struct {
 func (r *Reconciler) Setup(mgr manager.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).Named("policy").For(&corev1.ConfigMap{})
 	if r.Hardening != nil {
-		b = b.WatchesMetadata(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(
-			func(context.Context, client.Object) []reconcile.Request {
-				return []reconcile.Request{{NamespacedName: hardeningKey}}
-			}))
+		toHardening := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: hardeningKey}}
+		})
+		b = b.WatchesMetadata(&corev1.Node{}, toHardening)
+		if r.LeaseNamespace != "" {
+			b = b.Watches(&coordinationv1.Lease{}, toHardening)
+		}
 	}
 	return b.Complete(r)
 }
+
+// leaseRecheck is how often the hardening is read again while Leases count:
+// a third of the enforcers' Lease duration.
+const leaseRecheck = 20 * time.Second
 
 // hardeningKey is the request a Node change enqueues: the GPU nodes'
 // hardening is read again, the ConfigMap is not.
@@ -97,8 +110,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.followHardening(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
+	// A Lease goes stale without an event: look again within its renewal.
+	var again ctrl.Result
+	if r.LeaseNamespace != "" {
+		again.RequeueAfter = leaseRecheck
+	}
 	if r.Source.Engine() == nil {
-		return ctrl.Result{}, nil
+		return again, nil
 	}
 	if r.Apply != nil && r.applied != r.Source.Hash() {
 		if err := r.Apply(ctx, r.Source.Engine().Policy()); err != nil {
@@ -109,7 +127,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.applied = r.Source.Hash()
 	}
 	r.checkExemptNamespaces(ctx)
-	return ctrl.Result{}, nil
+	return again, nil
 }
 
 // reconcileConfigMap reads the ConfigMap and puts its policy in force, or

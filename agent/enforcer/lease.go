@@ -1,0 +1,76 @@
+package enforcer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpuguard/gpuguard/internal/wellknown"
+)
+
+// DefaultLeaseDuration is how long a node enforcer's Lease stays fresh
+// without renewal; it is renewed every third of it.
+const DefaultLeaseDuration = 60 * time.Second
+
+// Lease is the node enforcer's heartbeat: a Lease named after the node,
+// held by the node while the enforcer is registered with the runtime, and
+// released when it is not. The webhook's hardened-cluster profile counts a
+// GPU node as covered while its Lease is fresh; a Lease that is not renewed
+// goes stale on its own, so a dead agent stops counting within a duration.
+type Lease struct {
+	Client    kubernetes.Interface
+	Namespace string
+	Node      string
+	Duration  time.Duration
+	Log       logr.Logger
+}
+
+// Hold renews the Lease until ctx ends, then releases it.
+func (l *Lease) Hold(ctx context.Context) {
+	t := time.NewTicker(l.Duration / 3)
+	defer t.Stop()
+	for {
+		if err := l.write(ctx, l.Node); err != nil && ctx.Err() == nil {
+			l.Log.Error(err, "node enforcer Lease not renewed")
+		}
+		select {
+		case <-ctx.Done():
+			release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := l.write(release, ""); err != nil {
+				l.Log.Info("node enforcer Lease not released; it goes stale on its own", "reason", err.Error())
+			}
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// write sets the Lease's holder ("" releases it) and renewal time.
+func (l *Lease) write(ctx context.Context, holder string) error {
+	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	name := wellknown.EnforcerLeasePrefix + l.Node
+	seconds := int32(l.Duration / time.Second)
+	now := metav1.NewMicroTime(time.Now())
+	spec := coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds, RenewTime: &now}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cur, err := leases.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.Namespace}, Spec: spec}, metav1.CreateOptions{})
+	case err == nil:
+		cur.Spec = spec
+		_, err = leases.Update(ctx, cur, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("Lease %s/%s: %w", l.Namespace, name, err)
+	}
+	return nil
+}
