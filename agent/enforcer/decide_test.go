@@ -21,7 +21,7 @@ func testNode() *discovery.Inventory {
 	}}
 }
 
-func testRules(t *testing.T) *Rules {
+func testRules(t testing.TB) *Rules {
 	t.Helper()
 	r, err := NewRules(config.Default(), testNode())
 	if err != nil {

@@ -82,7 +82,7 @@ func (p *Plugin) Run(ctx context.Context, socket string, retry time.Duration) {
 
 func (p *Plugin) serve(ctx context.Context, socket string) error {
 	s, err := stub.New(p, stub.WithPluginName(PluginName), stub.WithPluginIdx(PluginIndex), stub.WithSocketPath(socket),
-		stub.WithOnClose(func() {}))
+		stub.WithOnClose(func() {}), stub.WithLogger(nriLog{p.Log.WithName("nri")}))
 	if err != nil {
 		return err
 	}
@@ -215,4 +215,21 @@ func (p *Plugin) event(ctx context.Context, pod *api.PodSandbox, ctr *api.Contai
 	if _, err := p.Client.CoreV1().Events(pod.GetNamespace()).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 		p.Log.V(1).Info("no Event recorded", "reason", err.Error())
 	}
+}
+
+// nriLog routes the NRI library's log lines through the agent's logger,
+// at debug level but for errors: the library logs every connection.
+type nriLog struct{ log logr.Logger }
+
+func (l nriLog) Debugf(_ context.Context, format string, args ...any) {
+	l.log.V(1).Info(fmt.Sprintf(format, args...))
+}
+func (l nriLog) Infof(_ context.Context, format string, args ...any) {
+	l.log.V(1).Info(fmt.Sprintf(format, args...))
+}
+func (l nriLog) Warnf(_ context.Context, format string, args ...any) {
+	l.log.Info(fmt.Sprintf(format, args...))
+}
+func (l nriLog) Errorf(_ context.Context, format string, args ...any) {
+	l.log.Error(nil, fmt.Sprintf(format, args...))
 }

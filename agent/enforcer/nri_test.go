@@ -1,0 +1,188 @@
+package enforcer
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+	nrilog "github.com/containerd/nri/pkg/log"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuguard/gpuguard/agent/verifier"
+)
+
+// fixedAllocations is a kubelet whose PodResources report allocs.
+type fixedAllocations verifier.Allocations
+
+func (f fixedAllocations) Allocations(context.Context) (verifier.Allocations, error) {
+	return verifier.Allocations(f), nil
+}
+
+// startRuntime runs NRI's runtime side, the adaptation library containerd
+// and CRI-O embed, on a unix socket, with no container to synchronise.
+func startRuntime(t testing.TB) (*adaptation.Adaptation, string) {
+	t.Helper()
+	dir := t.TempDir()
+	socket := filepath.Join(dir, "nri.sock")
+	sync := func(ctx context.Context, cb adaptation.SyncCB) error {
+		_, err := cb(ctx, nil, nil)
+		return err
+	}
+	update := func(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) { return nil, nil }
+	nrilog.Set(nriLog{logr.Discard()})
+	r, err := adaptation.New("runtime", "v1", sync, update, adaptation.WithSocketPath(socket),
+		adaptation.WithPluginPath(filepath.Join(dir, "plugins")), adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r, socket
+}
+
+// startEnforcer connects the enforcer to the runtime on socket, the kubelet
+// having allocated GPU-a to team-a/train/main.
+func startEnforcer(t testing.TB, socket string) {
+	t.Helper()
+	rules := &atomic.Pointer[Rules]{}
+	rules.Store(testRules(t))
+	reg := prometheus.NewRegistry()
+	decisions, latency := NewMetrics(reg)
+	p := &Plugin{Rules: rules, Exemptions: &verifier.Exemptions{}, Log: logr.Discard(), Decisions: decisions, Latency: latency,
+		Allocations: fixedAllocations{{Namespace: "team-a", Pod: "train", Container: "main"}: {"nvidia.com/gpu": {"GPU-a"}}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Run(ctx, socket, 100*time.Millisecond)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func createRequest(pod, ctr string, env ...string) *api.CreateContainerRequest {
+	return &api.CreateContainerRequest{
+		Pod:       &api.PodSandbox{Id: "sb-" + pod, Name: pod, Uid: "uid-" + pod, Namespace: "team-a"},
+		Container: &api.Container{Id: "c-" + pod + "-" + ctr, PodSandboxId: "sb-" + pod, Name: ctr, Env: env},
+	}
+}
+
+// waitAdjusted creates req until a plugin adjusts it: the enforcer has
+// registered once it does.
+func waitAdjusted(t testing.TB, r *adaptation.Adaptation, req *api.CreateContainerRequest) *api.CreateContainerResponse {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := r.CreateContainer(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetAdjust() != nil && len(resp.GetAdjust().GetEnv()) > 0 {
+			return resp
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the enforcer did not register with the runtime within 10s")
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval of the registration wait
+	}
+}
+
+// TestEnforcerThroughNRI: through NRI's real runtime side and protocol, the
+// enforcer voids a container without GPUs, narrows one with its
+// allocation, and refuses a privileged one, with its reason reaching the
+// runtime as the creation's error.
+func TestEnforcerThroughNRI(t *testing.T) {
+	r, socket := startRuntime(t)
+	startEnforcer(t, socket)
+	resp := waitAdjusted(t, r, createRequest("notebook", "main", "NVIDIA_VISIBLE_DEVICES=all"))
+	if env := envOf(resp.GetAdjust()); env["NVIDIA_VISIBLE_DEVICES"] != Void {
+		t.Errorf("a container without GPUs: adjusted env %v, want NVIDIA_VISIBLE_DEVICES=void", env)
+	}
+	resp, err := r.CreateContainer(context.Background(), createRequest("train", "main", "NVIDIA_VISIBLE_DEVICES=all"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := envOf(resp.GetAdjust()); env["NVIDIA_VISIBLE_DEVICES"] != "GPU-a" {
+		t.Errorf("a container allocated GPU-a: adjusted env %v, want NVIDIA_VISIBLE_DEVICES=GPU-a", env)
+	}
+	privileged := createRequest("root", "main")
+	privileged.Container.Linux = &api.LinuxContainer{Resources: &api.LinuxResources{Devices: []*api.LinuxDeviceCgroup{{Allow: true, Access: "rwm"}}}}
+	if _, err := r.CreateContainer(context.Background(), privileged); err == nil || !strings.Contains(err.Error(), "privileged") {
+		t.Errorf("a privileged container: %v, want refused naming privileged", err)
+	}
+}
+
+func envOf(adj *api.ContainerAdjustment) map[string]string {
+	out := map[string]string{}
+	for _, kv := range adj.GetEnv() {
+		out[kv.GetKey()] = kv.GetValue()
+	}
+	return out
+}
+
+// noop is an NRI plugin that subscribes to container creation and changes
+// nothing: the reference arm of the benchmark.
+type noop struct{}
+
+func (noop) CreateContainer(context.Context, *api.PodSandbox, *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	return nil, nil, nil
+}
+
+// BenchmarkCreateContainerThroughNRI measures what one container creation
+// costs the runtime through NRI: with no plugin, with a plugin that does
+// nothing (the protocol's own cost), and with the enforcer judging a
+// container without GPUs whose image asks for all of them. The arms run
+// alternately, in rounds, so that drift hits each alike.
+func BenchmarkCreateContainerThroughNRI(b *testing.B) {
+	arms := []string{"no plugin", "no-op plugin", "enforcer"}
+	runtimes := map[string]*adaptation.Adaptation{}
+	for _, arm := range arms {
+		r, socket := startRuntime(b)
+		runtimes[arm] = r
+		switch arm {
+		case "no-op plugin":
+			s, err := stub.New(noop{}, stub.WithPluginName("noop"), stub.WithPluginIdx("10"), stub.WithSocketPath(socket))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Start(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(s.Stop)
+		case "enforcer":
+			startEnforcer(b, socket)
+			waitAdjusted(b, r, createRequest("warmup", "main", "NVIDIA_VISIBLE_DEVICES=all"))
+		}
+	}
+	lat := map[string][]time.Duration{}
+	req := createRequest("notebook", "main", "PATH=/usr/bin", "CUDA_VERSION=12.4", "NVIDIA_VISIBLE_DEVICES=all")
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, arm := range arms {
+			t0 := time.Now()
+			if _, err := runtimes[arm].CreateContainer(context.Background(), req); err != nil {
+				b.Fatal(err)
+			}
+			lat[arm] = append(lat[arm], time.Since(t0))
+		}
+	}
+	b.StopTimer()
+	for _, arm := range arms {
+		d := lat[arm]
+		slices.Sort(d)
+		pct := func(p float64) float64 { return float64(d[int(p*float64(len(d)-1))].Nanoseconds()) / 1e3 }
+		name := strings.ReplaceAll(arm, " ", "-")
+		b.ReportMetric(pct(0.50), fmt.Sprintf("%s-p50-µs", name))
+		b.ReportMetric(pct(0.99), fmt.Sprintf("%s-p99-µs", name))
+	}
+}
