@@ -36,6 +36,7 @@ import (
 
 	gpuguardcel "github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/manifest"
 	"github.com/gpuguard/gpuguard/policy"
 	"github.com/gpuguard/gpuguard/tools/chartrender"
 )
@@ -1288,5 +1289,77 @@ func TestAgentSecurityContext(t *testing.T) {
 	if least.Privileged != nil || least.AllowPrivilegeEscalation == nil || *least.AllowPrivilegeEscalation ||
 		least.Capabilities == nil || len(least.Capabilities.Add) != 1 || least.Capabilities.Add[0] != "SYS_PTRACE" {
 		t.Errorf("agent.securityContext must replace the default whole: %+v", least)
+	}
+}
+
+// TestImagePullSecretsEverywhere: every pod the chart runs, the hooks and
+// the test pod included, pulls with the Secrets of imagePullSecrets, given
+// as names or as {name: ...}. The policy-check hook once rendered them as
+// bare strings, which the API server refuses, so an install from a private
+// registry failed at its first hook.
+func TestImagePullSecretsEverywhere(t *testing.T) {
+	r, err := render(t, loadChart(t), parseValues(t, "imagePullSecrets: [corp-registry, {name: mirror}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []corev1.LocalObjectReference{{Name: "corp-registry"}, {Name: "mirror"}}
+	pods := 0
+	for _, doc := range docs(r, true) {
+		found, err := manifest.PodTemplates([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tpl := range found {
+			pods++
+			if !slices.Equal(tpl.Template.Spec.ImagePullSecrets, want) {
+				t.Errorf("%s: imagePullSecrets %v, want %v", tpl.Path, tpl.Template.Spec.ImagePullSecrets, want)
+			}
+		}
+	}
+	if pods < 4 { // webhook, agent, policy-check hook, helm test pod
+		t.Fatalf("found %d pod specs, want the webhook's, the agent's, the hook's and the test pod's", pods)
+	}
+	if _, err := render(t, loadChart(t), parseValues(t, "imagePullSecrets: [{}]\n")); err == nil {
+		t.Error("an imagePullSecrets entry without a name must be refused")
+	}
+}
+
+// TestOpenReportsCRDsSwitch: reports.crds.install auto renders the CRDs
+// only where the cluster lacks them (helm install beside another tool's
+// copy), true always (GitOps tools render without a cluster, and pruned
+// the CRDs once they dropped out of the rendering), false never; each kept
+// on uninstall.
+func TestOpenReportsCRDsSwitch(t *testing.T) {
+	c := loadChart(t)
+	withCRDs := append(slices.Clone(clusterAPIs), "openreports.io/v1alpha1/Report")
+	for _, tc := range []struct {
+		install string
+		apis    []string
+		want    int
+	}{
+		{"auto", clusterAPIs, 2},
+		{"auto", withCRDs, 0},
+		{"true", withCRDs, 2},
+		{"false", clusterAPIs, 0},
+	} {
+		rel, err := chartrender.Render(c, releaseName, namespace, parseValues(t, "reports: {crds: {install: "+tc.install+"}}\n"), tc.apis...)
+		if err != nil {
+			t.Fatalf("install %s: %v", tc.install, err)
+		}
+		n := 0
+		for _, doc := range strings.Split(rel.Raw, "\n---") {
+			if strings.Contains(doc, "kind: CustomResourceDefinition") && strings.Contains(doc, "openreports.io") {
+				n++
+				if !strings.Contains(doc, "helm.sh/resource-policy: keep") {
+					t.Errorf("install %s: a CRD without helm.sh/resource-policy: keep", tc.install)
+				}
+			}
+		}
+		if n != tc.want {
+			t.Errorf("install %s (cluster serves them: %v): %d CRDs, want %d", tc.install, len(tc.apis) > len(clusterAPIs), n, tc.want)
+		}
+	}
+	if _, err := chartrender.Render(c, releaseName, namespace, parseValues(t, "reports: {crds: {install: sometimes}}\n"), clusterAPIs...); err == nil {
+		t.Error("reports.crds.install: sometimes must be refused")
 	}
 }

@@ -317,3 +317,13 @@ namespaceSelector:
 {{- end -}}
 {{- .Values.webhook.failurePolicy -}}
 {{- end -}}
+
+{{/*
+imagePullSecrets of every pod of the chart: names of Secrets in the release
+namespace, given as strings or as {name: ...} as other charts take them.
+*/}}
+{{- define "gpuguard.imagePullSecrets" -}}
+{{- range . }}
+- name: {{ if kindIs "map" . }}{{ required "imagePullSecrets: an entry needs a name" .name }}{{ else }}{{ . }}{{ end }}
+{{- end }}
+{{- end -}}
