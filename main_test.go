@@ -852,3 +852,62 @@ func TestCLIFirstHour(t *testing.T) {
 		t.Errorf("--fail-on never: exit %d, %q; want 2 naming --fail-on", r.code, r.stderr)
 	}
 }
+
+// TestCheckInputErrorsInTheOutput: an input that cannot be judged is in
+// JSON and SARIF, not only on standard error: JSON carries an entry with
+// its source, line and problem; SARIF marks the run unsuccessful with a
+// located notification, so a failed run never uploads as a clean scan.
+// Results read from standard input are located too ("stdin"), as code
+// scanning requires.
+func TestCheckInputErrorsInTheOutput(t *testing.T) {
+	in := leakPod + "---\nnot: [valid\n"
+	r := gpuguard(t, in, "check", "-o", "json", "-")
+	if r.code != 2 {
+		t.Fatalf("exit %d, want 2 (an input could not be judged)\n%s", r.code, r.stderr)
+	}
+	var entries []struct {
+		Source, Error string
+		Line          int
+		Allowed       bool
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	if len(entries) != 2 || entries[1].Error == "" || entries[1].Source != "<stdin>" || entries[1].Line != strings.Count(leakPod, "\n")+2 || entries[1].Allowed {
+		t.Fatalf("want the leak, then an error entry for stdin at its line, got %+v", entries)
+	}
+	r = gpuguard(t, in, "check", "-o", "sarif", "-")
+	var log struct {
+		Runs []struct {
+			Invocations []struct {
+				ExecutionSuccessful bool `json:"executionSuccessful"`
+				Notifications       []struct {
+					Level     string            `json:"level"`
+					Locations []json.RawMessage `json:"locations"`
+				} `json:"toolExecutionNotifications"`
+			} `json:"invocations"`
+			Results []struct {
+				Locations []struct {
+					Physical struct {
+						Artifact struct{ URI string } `json:"artifactLocation"`
+					} `json:"physicalLocation"`
+				} `json:"locations"`
+			} `json:"results"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &log); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	run := log.Runs[0]
+	if len(run.Invocations) != 1 || run.Invocations[0].ExecutionSuccessful || len(run.Invocations[0].Notifications) != 1 ||
+		run.Invocations[0].Notifications[0].Level != "error" || len(run.Invocations[0].Notifications[0].Locations) != 1 {
+		t.Errorf("want an unsuccessful invocation with one located error, got %+v", run.Invocations)
+	}
+	if len(run.Results) != 1 || len(run.Results[0].Locations) != 1 || run.Results[0].Locations[0].Physical.Artifact.URI != "stdin" {
+		t.Errorf("want the leak's result located in stdin, got %+v", run.Results)
+	}
+	clean := gpuguard(t, plainPod, "check", "-o", "sarif", "-")
+	if !strings.Contains(clean.stdout, `"executionSuccessful": true`) {
+		t.Errorf("a run that judged everything must say so:\n%s", clean.stdout)
+	}
+}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -104,7 +105,11 @@ type checkedObject struct {
 	// get void in.
 	TemplateVoid []string `json:"templateVoid,omitempty"`
 	// Line is where the object's document starts in its file (check only).
-	Line     int `json:"line,omitempty"`
+	Line int `json:"line,omitempty"`
+	// Error, on an entry of its own, is an input that could not be judged
+	// (a document that does not parse, a file that cannot be read): its
+	// source and line where known, and why. Such an entry is not allowed.
+	Error    string `json:"error,omitempty"`
 	decision policy.Decision
 	// doc is the object's document, for SARIF locations (check only).
 	doc *manifest.Document
@@ -154,7 +159,7 @@ func (o *checkOptions) run(ctx context.Context, paths []string, stdin io.Reader,
 			results = append(results, embedded...)
 		}
 	}
-	err = o.out.write(stdout, stderr, results, skipped)
+	err = o.out.write(stdout, stderr, append(results, inputErrors(readErrs)...), skipped)
 	if len(readErrs) > 0 {
 		return &exitError{exitUsage, joinErrors(readErrs)}
 	}
@@ -304,4 +309,32 @@ func joinErrors(errs []error) string {
 		msgs[i] = err.Error()
 	}
 	return strings.Join(msgs, "\ngpuguard: ")
+}
+
+// inputErrors are the inputs that could not be judged, as entries of the
+// output, so that JSON and SARIF carry them, not only standard error.
+func inputErrors(errs []error) []checkedObject {
+	var out []checkedObject
+	for _, err := range errs {
+		for _, one := range splitJoined(err) {
+			e := checkedObject{Error: one.Error()}
+			if de := (*manifest.DocumentError)(nil); errors.As(one, &de) {
+				e.Source, e.Line, e.Error = de.Source, de.Line, de.Problem
+			}
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// splitJoined unwraps errors.Join.
+func splitJoined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, splitJoined(e)...)
+		}
+		return out
+	}
+	return []error{err}
 }

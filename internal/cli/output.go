@@ -57,7 +57,7 @@ func (o *outputOptions) write(stdout, stderr io.Writer, results []checkedObject,
 		return err
 	}
 	for _, r := range results {
-		if !r.Allowed || (o.failOn == "warn" && len(r.Warnings) > 0) {
+		if r.Error == "" && (!r.Allowed || (o.failOn == "warn" && len(r.Warnings) > 0)) {
 			return &exitError{code: exitDenied}
 		}
 	}
@@ -84,7 +84,12 @@ func writeJSON(stdout, stderr io.Writer, results []checkedObject, skipped []stri
 // indented, and a summary. Quiet leaves out allowed objects and skips.
 func printText(w io.Writer, results []checkedObject, skipped []string, quiet bool) {
 	counts := map[string]int{}
+	judged := 0
 	for _, r := range results {
+		if r.Error != "" {
+			continue // on standard error already
+		}
+		judged++
 		verdict := verdictOf(r)
 		counts[verdict]++
 		if quiet && verdict == "ALLOW" {
@@ -99,7 +104,7 @@ func printText(w io.Writer, results []checkedObject, skipped []string, quiet boo
 		}
 	}
 	fmt.Fprintf(w, "\n%d objects: %d allowed, %d mutated, %d warned, %d denied; %d skipped\n",
-		len(results), counts["ALLOW"], counts["MUTATE"], counts["WARN"], counts["DENY"], len(skipped))
+		judged, counts["ALLOW"], counts["MUTATE"], counts["WARN"], counts["DENY"], len(skipped))
 }
 
 func printDetails(w io.Writer, r checkedObject) {

@@ -222,7 +222,7 @@ func atFileLine(err error, start int) string {
 // NotObject set.
 func decode(source string, index, line int, raw []byte) ([]Document, error) {
 	fail := func(format string, args ...any) error {
-		return fmt.Errorf("%s:%d: document %d: %s", source, line, index, fmt.Sprintf(format, args...))
+		return &DocumentError{Source: source, Line: line, Index: index, Problem: fmt.Sprintf(format, args...)}
 	}
 	// Duplicate keys are an error in a Kubernetes object, as for the API
 	// server, but not a reason to stop at a document that is none.
@@ -315,4 +315,17 @@ func decodeObject(data []byte, decoder runtime.Decoder) (Document, error) {
 	}
 	d.Object = obj
 	return d, nil
+}
+
+// DocumentError is a document of an input that cannot be judged: where it
+// starts, and what is wrong with it.
+type DocumentError struct {
+	Source  string
+	Line    int
+	Index   int
+	Problem string
+}
+
+func (e *DocumentError) Error() string {
+	return fmt.Sprintf("%s:%d: document %d: %s", e.Source, e.Line, e.Index, e.Problem)
 }
