@@ -24,8 +24,11 @@ type auditOptions struct {
 	allNamespaces   bool
 	out             outputOptions
 	policyConfigMap string
-	excluded        []string
-	stderr          io.Writer
+	// policyFile, when set, is a candidate policy judged with instead of
+	// the live one: a preview of its denials before it is applied.
+	policyFile string
+	excluded   []string
+	stderr     io.Writer
 }
 
 func newAuditCommand() *cobra.Command {
@@ -48,7 +51,8 @@ Exit status: 0 when nothing is denied, 1 when anything is, 2 for usage, access o
 policy errors.`,
 		Example: `  gpuguard audit -A
   gpuguard audit -n ml-team -o json
-  gpuguard audit -A --policy-configmap gpuguard-system/gpuguard-policy`,
+  gpuguard audit -A --policy-configmap gpuguard-system/gpuguard-policy
+  gpuguard audit -A --policy candidate.yaml   # preview a policy before applying it`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -60,6 +64,7 @@ policy errors.`,
 	fl.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "audit every namespace")
 	o.out.addFlags(fl)
 	fl.StringVar(&o.policyConfigMap, "policy-configmap", "gpuguard/gpuguard-policy", "NAMESPACE/NAME of the policy ConfigMap (key policy.yaml)")
+	fl.StringVar(&o.policyFile, "policy", "", "judge with this candidate policy file instead of the live one, to preview what it would deny before applying it (the ConfigMap's namespace is still left out)")
 	fl.StringSliceVar(&o.excluded, "exclude-namespace", audit.DefaultExcluded, "namespaces left out, besides the policy's own")
 	return cmd
 }
@@ -109,6 +114,17 @@ func (o *auditOptions) livePolicy(ctx context.Context, c kubernetes.Interface) (
 	ns, name, ok := strings.Cut(o.policyConfigMap, "/")
 	if !ok || ns == "" || name == "" {
 		return nil, "", &exitError{exitUsage, fmt.Sprintf("--policy-configmap %q: want NAMESPACE/NAME", o.policyConfigMap)}
+	}
+	if o.policyFile != "" {
+		p, err := config.ReadFile(o.policyFile)
+		if err != nil {
+			return nil, "", &exitError{exitUsage, "--policy: " + err.Error()}
+		}
+		e, err := policy.New(p)
+		if err != nil {
+			return nil, "", &exitError{exitUsage, "--policy: " + err.Error()}
+		}
+		return e, ns, nil
 	}
 	cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

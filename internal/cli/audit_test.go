@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -121,5 +123,27 @@ func TestAuditErrors(t *testing.T) {
 		if code := Run(context.Background(), args, nil, &bytes.Buffer{}, &stderr); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d (%s)", args, code, exitUsage, stderr.String())
 		}
+	}
+}
+
+// TestAuditPreviewsACandidatePolicy: --policy judges the live cluster with a
+// policy file instead of the ConfigMap, before it is applied: here a
+// candidate that exempts team-a admits what the live policy denies.
+func TestAuditPreviewsACandidatePolicy(t *testing.T) {
+	candidate := filepath.Join(t.TempDir(), "candidate.yaml")
+	doc := "apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\nmetadata: {name: candidate}\nspec:\n  exemptions:\n    namespaces: [team-a]\n"
+	if err := os.WriteFile(candidate, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := &auditOptions{allNamespaces: true, out: outputOptions{format: "json"}, policyConfigMap: "gpuguard/gpuguard-policy",
+		policyFile: candidate, excluded: []string{"kube-system", "kube-node-lease"}, stderr: &bytes.Buffer{}}
+	var out bytes.Buffer
+	if err := o.audit(context.Background(), fake.NewClientset(auditCluster()...), &out); err != nil {
+		t.Fatalf("with team-a exempt, nothing should be denied: %v\n%s", err, out.String())
+	}
+	o.policyFile = filepath.Join(t.TempDir(), "missing.yaml")
+	var ee *exitError
+	if err := o.audit(context.Background(), fake.NewClientset(auditCluster()...), &bytes.Buffer{}); !errors.As(err, &ee) || ee.code != exitUsage || !strings.Contains(ee.msg, "--policy") {
+		t.Errorf("a missing candidate policy: %v, want a usage error naming --policy", err)
 	}
 }
