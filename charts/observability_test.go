@@ -88,6 +88,7 @@ func TestPrometheusRule(t *testing.T) {
 			if r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
 				t.Errorf("%s: no severity or summary", r.Alert)
 			}
+			checkRunbook(t, r.Alert, r.Annotations["runbook_url"])
 		}
 	}
 	for _, want := range []string{"GPUGuardWebhookDown", "GPUGuardAdmissionErrors", "GPUGuardPolicyInvalid", "GPUGuardPolicyFallback",
@@ -232,4 +233,23 @@ func caseNamed(t *testing.T, name string) renderCase {
 		t.Fatalf("no render case %q", name)
 	}
 	return cases[i]
+}
+
+// checkRunbook: an alert's runbook_url points at a section of
+// docs/troubleshooting.md that exists, named after the alert.
+func checkRunbook(t *testing.T, alert, url string) {
+	t.Helper()
+	const base = "https://github.com/gpuguard/gpuguard/blob/main/docs/troubleshooting.md#"
+	anchor, ok := strings.CutPrefix(url, base)
+	if !ok || anchor != strings.ToLower(alert) {
+		t.Errorf("%s: runbook_url %q, want %s%s", alert, url, base, strings.ToLower(alert))
+		return
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "troubleshooting.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "\n### "+alert+"\n") {
+		t.Errorf("%s: docs/troubleshooting.md has no section \"### %s\" for its runbook_url", alert, alert)
+	}
 }
