@@ -135,7 +135,9 @@ func (r *Rules) Decide(c Container, f Facts) Decision {
 	r.decideMounts(&d, c.Mounts, grant)
 	r.decideAnnotations(&d, c.Annotations, grant)
 	for _, dev := range c.Devices {
-		if minor, ok := gpuMinor(dev); ok && !grant.minors[minor] {
+		// Device nodes are left alone where the allocation names devices
+		// gpuguard cannot resolve: it cannot tell which nodes they need.
+		if minor, ok := gpuMinor(dev); ok && !grant.unknown && !grant.minors[minor] {
 			d.RemoveDevices = append(d.RemoveDevices, dev)
 			d.Changes = append(d.Changes, "removed device "+dev+": not allocated")
 		}

@@ -87,6 +87,8 @@ func TestDecide(t *testing.T) {
 		{name: "device nodes: a neighbour's removed, a MIG parent's kept",
 			c: Container{Devices: []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm"}},
 			f: Facts{Allocated: []string{"MIG-c0", "GPU-a"}}, rmDevs: []string{"/dev/nvidia1"}},
+		{name: "an allocation in a scheme not resolved: its device nodes left alone",
+			c: Container{Devices: []string{"/dev/nvidia0", "/dev/nvidia1"}}, f: Facts{Allocated: []string{"GPU-a-_-0"}}},
 		{name: "protected variable without a GPU removed, allowed one on a GPU kept",
 			c: Container{Env: []string{"NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute"}},
 			f: Facts{Allocated: []string{"GPU-a"}}, rmEnv: []string{"NVIDIA_MIG_CONFIG_DEVICES"}},

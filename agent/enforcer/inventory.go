@@ -52,6 +52,9 @@ type grant struct {
 	names map[string]bool
 	// minors are the GPU device nodes the allocation needs.
 	minors map[int]bool
+	// unknown: an allocated ID names no device of the inventory (a sharing
+	// scheduler's own scheme), so which device nodes it needs is unknown.
+	unknown bool
 }
 
 // grant resolves allocated device IDs: a time-sliced replica
@@ -66,6 +69,7 @@ func (in *Inventory) grant(allocated []string) grant {
 		if !ok {
 			g.names[id] = true
 			g.visible = append(g.visible, id)
+			g.unknown = true
 			continue
 		}
 		for _, n := range d.names {

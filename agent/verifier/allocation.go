@@ -3,6 +3,7 @@ package verifier
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -136,6 +137,26 @@ func (r *GPUResolver) GPUs(byResource map[string][]string, isGPU func(string) bo
 			}
 		}
 	}
+	return out
+}
+
+// Unknown lists the device IDs of the resources that isGPU accepts that
+// name no GPU or MIG device of the inventory (after a replica's "::<n>"):
+// an allocation in a scheme the resolver does not know, such as a sharing
+// scheduler's "<uuid>-_-<n>".
+func (r *GPUResolver) Unknown(byResource map[string][]string, isGPU func(string) bool) []string {
+	var out []string
+	for resource, ids := range byResource {
+		if strings.HasPrefix(resource, "dra:") || !isGPU(resource) {
+			continue
+		}
+		for _, id := range ids {
+			if base, _, _ := strings.Cut(id, "::"); r.byID[base] == "" {
+				out = append(out, id)
+			}
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 

@@ -71,7 +71,7 @@ func (r *Reporter) Report(ctx context.Context, p Pass, err error) {
 		}
 		// Acted on every pass while the finding stands: a container the
 		// kubelet restarts is stopped again.
-		if f.Exempt == "" && r.Mode == ModeEnforce && !stopped[f.Container.ID] && r.Actions != nil {
+		if f.Exempt == "" && f.ReportOnly == "" && r.Mode == ModeEnforce && !stopped[f.Container.ID] && r.Actions != nil {
 			stopped[f.Container.ID] = true
 			r.stop(ctx, f)
 		}
@@ -115,6 +115,9 @@ func (r *Reporter) logFinding(f Finding) {
 	if f.Exempt != "" {
 		r.Log.Info("exempt pod reaches a GPU it was not allocated", append(kv, "exempt", f.Exempt)...)
 		return
+	}
+	if f.ReportOnly != "" {
+		kv = append(kv, "reportOnly", f.ReportOnly)
 	}
 	r.Log.Info("FINDING: container reaches a GPU it was not allocated", append(kv, "mode", r.Mode)...)
 }

@@ -40,6 +40,12 @@ type Finding struct {
 	// Exempt names the exemption that covers the pod ("namespace gpu-operator");
 	// an exempt finding is logged at info level only.
 	Exempt string
+	// ReportOnly says why a finding is reported (log, Event, metric,
+	// ClusterReport) but never acted on, even in enforce mode: the
+	// container's allocation names devices by a scheme the agent cannot
+	// resolve (a sharing scheduler's own IDs), so what it was given is
+	// unknown, and stopping it would evict legitimate pods in a loop.
+	ReportOnly string
 }
 
 // Pass is the result of one look at the node.
@@ -195,12 +201,16 @@ func (v *Verifier) judge(ctx context.Context, c Container, reached []Reached, al
 		return nil
 	}
 	allowed := v.Resolver.GPUs(alloc, v.IsGPUResource)
+	var reportOnly string
+	if unknown := v.Resolver.Unknown(alloc, v.IsGPUResource); len(unknown) > 0 {
+		reportOnly = fmt.Sprintf("allocated device IDs %v name no device of this node's inventory (a scheme gpuguard does not resolve)", unknown)
+	}
 	var out []Finding
 	for _, r := range reached {
 		if allowed[r.UUID] {
 			continue
 		}
-		f := Finding{Container: c, GPU: r, SeenBy: r.SeenBy, Allocated: sortedKeys(allowed)}
+		f := Finding{Container: c, GPU: r, SeenBy: r.SeenBy, Allocated: sortedKeys(allowed), ReportOnly: reportOnly}
 		if v.Exempt != nil {
 			f.Exempt = v.Exempt(ctx, c)
 		}

@@ -369,3 +369,42 @@ func TestKAIFractionsAreNotReported(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownIDSchemesAreReportOnly: a container whose allocation names
+// devices by a scheme the resolver does not know (a sharing scheduler's
+// "<uuid>-_-<n>") is reported, but never stopped in enforce mode: what it
+// was given is unknown, and stopping it would evict legitimate pods in a
+// loop. A container with a known allocation that widens it is still
+// stopped.
+func TestUnknownIDSchemesAreReportOnly(t *testing.T) {
+	n := newNode(t)
+	inv := testInventory()
+	shared := Container{ID: "shared", Key: key("team-a", "shared", "main"), PID: n.container(map[string]int{"nvidia1": 1})}
+	widen := Container{ID: "widen", Key: key("team-a", "widen", "main"), PID: n.container(map[string]int{"nvidia1": 1, "nvidia2": 2})}
+	allocs := fakeAllocations{
+		shared.Key: {"aliyun.com/gpu-mem": {"GPU-1-_-0", "GPU-1-_-1"}},
+		widen.Key:  {"nvidia.com/gpu": {"GPU-1"}},
+	}
+	pol := config.Default()
+	pol.Spec.GPUResources = append(pol.Spec.GPUResources, "aliyun.com/gpu-mem")
+	v := &Verifier{Containers: fakeContainers{shared, widen}, Allocations: allocs, Table: NewDeviceTable(inv), Resolver: NewGPUResolver(inv),
+		IsGPUResource: pol.Spec.IsGPUResource, ProcRoot: n.procRoot}
+	p, err := v.Check(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range p.Findings {
+		if (f.Container.ID == "shared") != (f.ReportOnly != "") {
+			t.Errorf("%s reaching %s: reportOnly %q", f.Container.ID, f.GPU.UUID, f.ReportOnly)
+		}
+	}
+	acts := &recordedActions{}
+	r := &Reporter{Mode: ModeEnforce, Log: logr.Discard(), Metrics: NewMetrics(prometheus.NewRegistry()), Actions: acts}
+	r.Report(context.Background(), p, nil)
+	if !slices.Equal(acts.stops, []string{widen.Key.String()}) {
+		t.Errorf("stops %v, want only %s", acts.stops, widen.Key)
+	}
+	if len(acts.events) != 2 {
+		t.Errorf("events %v, want one for each container: a report-only finding is still reported", acts.events)
+	}
+}
