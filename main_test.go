@@ -627,37 +627,58 @@ current-context: gone
 	}
 }
 
-// TestCheckInARepository: a repository directory holds YAML that is no
-// Kubernetes object (a kustomization, a CI workflow) beside the manifests;
-// check skips it with a note and judges the rest.
+// TestCheckInARepository: a repository holds YAML that is no Kubernetes
+// object (a CI workflow) beside kustomizations. check skips the former with
+// a note, and judges each kustomization as kustomize builds it: an overlay
+// whose patch sets NVIDIA_VISIBLE_DEVICES=all on a clean base is denied,
+// and the patch is never judged on its own (a strategic-merge patch once
+// passed as a whole, harmless-looking Pod). A Helm chart is refused with
+// how to render it.
 func TestCheckInARepository(t *testing.T) {
 	dir := t.TempDir()
-	for name, content := range map[string]string{
-		"kustomization.yaml":        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [pods.yaml]\n",
-		".github/workflows/ci.yaml": "name: ci\non: push\njobs:\n  test: {runs-on: ubuntu-latest}\n",
-		"pods.yaml":                 plainPod + "---\n" + leakPod,
-	} {
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
+	write := func(files map[string]string) {
+		for name, content := range files {
+			path := filepath.Join(dir, name)
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	write(map[string]string{
+		".github/workflows/ci.yaml":              "name: ci\non: push\njobs:\n  test: {runs-on: ubuntu-latest}\n",
+		"deploy/base/kustomization.yaml":         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [pods.yaml]\n",
+		"deploy/base/pods.yaml":                  plainPod,
+		"deploy/overlays/gpu/kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: team-a\nresources: [../../base]\npatches: [{path: patch.yaml}]\n",
+		"deploy/overlays/gpu/patch.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: plain}\nspec:\n  containers:\n    - name: app\n" +
+			"      env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]\n",
+	})
 	r := gpuguard(t, "", "check", dir)
 	if r.code != 1 {
-		t.Fatalf("exit %d, want 1 (one pod is denied)\n%s%s", r.code, r.stdout, r.stderr)
+		t.Fatalf("exit %d, want 1 (the overlay's pod is denied)\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{"MUTATE  Pod default/plain", "DENY    Pod team-a/leak", "SKIP    Kustomization",
-		"ci.yaml#1: not a Kubernetes object", "2 objects: 0 allowed, 1 mutated, 0 warned, 1 denied; 2 skipped"} {
+	for _, want := range []string{"MUTATE  Pod default/plain (" + filepath.Join(dir, "deploy/base") + " (kustomize build)#1)",
+		"DENY    Pod team-a/plain (" + filepath.Join(dir, "deploy/overlays/gpu") + " (kustomize build)#1)",
+		"ci.yaml#1: not a Kubernetes object", "2 objects: 0 allowed, 1 mutated, 0 warned, 1 denied; 1 skipped"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
 		}
 	}
+	if strings.Contains(r.stdout, "patch.yaml") {
+		t.Errorf("the overlay's patch was judged on its own:\n%s", r.stdout)
+	}
 	quiet := gpuguard(t, "", "check", "-q", dir)
-	if strings.Contains(quiet.stdout, "SKIP") || !strings.Contains(quiet.stdout, "DENY    Pod team-a/leak") {
+	if strings.Contains(quiet.stdout, "SKIP") || !strings.Contains(quiet.stdout, "DENY    Pod team-a/plain") {
 		t.Errorf("quiet output:\n%s", quiet.stdout)
+	}
+	write(map[string]string{"charts/app/Chart.yaml": "apiVersion: v2\nname: app\nversion: 0.1.0\n",
+		"charts/app/templates/pod.yaml": "{{ .Values.broken }"})
+	chart := gpuguard(t, "", "check", dir)
+	if chart.code != 2 || !strings.Contains(chart.stderr, "is a Helm chart") || !strings.Contains(chart.stderr, "helm template") ||
+		!strings.Contains(chart.stdout, "DENY    Pod team-a/plain") {
+		t.Errorf("with a chart in the tree: exit %d, want 2 naming the chart and helm template, the rest still judged\nstdout: %s\nstderr: %s", chart.code, chart.stdout, chart.stderr)
 	}
 }
 

@@ -24,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
@@ -98,44 +100,94 @@ func Read(paths []string, stdin io.Reader) ([]Document, []error) {
 			add(readStream(StdinName, stdin))
 			continue
 		}
-		files, err := expand(p)
+		inputs, err := expand(p)
 		if err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		for _, f := range files {
-			add(readFile(f))
+		for _, in := range inputs {
+			if in.kustomization {
+				add(readKustomization(in.path))
+			} else {
+				add(readFile(in.path))
+			}
 		}
 	}
 	return docs, errs
 }
 
-// expand turns a path into the files it names.
-func expand(p string) ([]string, error) {
+// input is a file to read, or a kustomization directory to render.
+type input struct {
+	path          string
+	kustomization bool
+}
+
+// kustomizationFiles are the names kustomize reads a directory's
+// kustomization from.
+var kustomizationFiles = []string{"kustomization.yaml", "kustomization.yml", "Kustomization"}
+
+func isKustomization(dir string) bool {
+	for _, name := range kustomizationFiles {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// readKustomization renders a kustomization directory with the kustomize
+// API, as kubectl kustomize does, and reads what it builds: the objects as
+// the cluster would get them, never its patches one by one.
+func readKustomization(dir string) ([]Document, error) {
+	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: kustomize build: %w", dir, err)
+	}
+	out, err := resources.AsYaml()
+	if err != nil {
+		return nil, fmt.Errorf("%s: kustomize build: %w", dir, err)
+	}
+	return readStream(dir+" (kustomize build)", bytes.NewReader(out))
+}
+
+// expand turns a path into what it names: a file; a directory's files;
+// a kustomization directory, rendered as one input, its own files (patches,
+// bases below it) not read one by one. A Helm chart is refused with how to
+// render it: its templates are not manifests.
+func expand(p string) ([]input, error) {
 	info, err := os.Stat(p)
 	if err != nil {
 		return nil, err
 	}
 	if !info.IsDir() {
-		return []string{p}, nil
+		return []input{{path: p}}, nil
 	}
-	var files []string
+	var inputs []input
+	var charts []error
 	err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
+		if d.IsDir() {
+			if _, err := os.Stat(filepath.Join(path, "Chart.yaml")); err == nil {
+				charts = append(charts, fmt.Errorf("%s is a Helm chart, whose templates are not manifests: render it first, e.g. helm template RELEASE %s -n NAMESPACE | gpuguard check -", path, path))
+				return filepath.SkipDir
+			}
+			if isKustomization(path) {
+				inputs = append(inputs, input{path: path, kustomization: true})
+				return filepath.SkipDir
+			}
+			return nil
+		}
 		switch strings.ToLower(filepath.Ext(path)) {
 		case ".yaml", ".yml", ".json":
-			if !d.IsDir() {
-				files = append(files, path)
-			}
+			inputs = append(inputs, input{path: path})
 		}
 		return nil
 	})
-	if err == nil && len(files) == 0 {
+	if err == nil && len(inputs) == 0 && len(charts) == 0 {
 		err = fmt.Errorf("%s: no *.yaml, *.yml or *.json files in this directory", p)
 	}
-	return files, err
+	return inputs, errors.Join(append(charts, err)...)
 }
 
 func readFile(name string) ([]Document, error) {
