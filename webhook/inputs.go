@@ -79,7 +79,8 @@ func (r *reapplier) Start(ctx context.Context) error {
 func watchCluster(mgr manager.Manager, o Options, source *policysource.Source, m *Metrics) (reviewInputs, error) {
 	reconciler := &policysource.Reconciler{
 		Key: o.PolicyConfigMap, Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Source: source,
-		Events: mgr.GetEventRecorder("gpuguard"), Reloads: m.PolicyReloads, MissingExemptNS: m.MissingExemptNS, Log: o.Log.WithName("policy"),
+		Events: mgr.GetEventRecorder("gpuguard"), Reloads: m.PolicyReloads, MissingExemptNS: m.MissingExemptNS,
+		Unguarded: o.UnguardedNamespaces, MissingUnguardedNS: m.MissingUnguardedNS, Log: o.Log.WithName("policy"),
 		FallbackInForce: m.PolicyFallback,
 	}
 	if o.PolicyFallback {

@@ -13,19 +13,22 @@ import (
 // Metrics are gpuguard's Prometheus collectors, registered once in
 // controller-runtime's registry, which the metrics endpoint serves.
 type Metrics struct {
-	Decisions        *prometheus.CounterVec
-	Evaluation       *prometheus.HistogramVec
-	PolicyReloads    *prometheus.CounterVec
-	PolicyInfo       *prometheus.GaugeVec
-	MissingExemptNS  prometheus.Gauge
-	PolicyFallback   prometheus.Gauge
-	ConfigMapLookups *prometheus.CounterVec
-	BackstopSyncs    *prometheus.CounterVec
-	PrefilterSyncs   *prometheus.CounterVec
-	InjectionOff     prometheus.Gauge
-	AuditRuns        *prometheus.CounterVec
-	AuditObjects     *prometheus.GaugeVec
-	Refused          *prometheus.CounterVec
+	Decisions       *prometheus.CounterVec
+	Evaluation      *prometheus.HistogramVec
+	PolicyReloads   *prometheus.CounterVec
+	PolicyInfo      *prometheus.GaugeVec
+	MissingExemptNS prometheus.Gauge
+	// MissingUnguardedNS counts the namespaces the webhook configurations
+	// leave out that do not exist.
+	MissingUnguardedNS prometheus.Gauge
+	PolicyFallback     prometheus.Gauge
+	ConfigMapLookups   *prometheus.CounterVec
+	BackstopSyncs      *prometheus.CounterVec
+	PrefilterSyncs     *prometheus.CounterVec
+	InjectionOff       prometheus.Gauge
+	AuditRuns          *prometheus.CounterVec
+	AuditObjects       *prometheus.GaugeVec
+	Refused            *prometheus.CounterVec
 }
 
 var (
@@ -38,7 +41,7 @@ func DefaultMetrics() *Metrics {
 	metricsOnce.Do(func() {
 		metrics = NewMetrics()
 		ctrlmetrics.Registry.MustRegister(metrics.Decisions, metrics.Evaluation, metrics.PolicyReloads,
-			metrics.PolicyInfo, metrics.MissingExemptNS, metrics.PolicyFallback, metrics.ConfigMapLookups, metrics.BackstopSyncs, metrics.PrefilterSyncs, metrics.InjectionOff,
+			metrics.PolicyInfo, metrics.MissingExemptNS, metrics.MissingUnguardedNS, metrics.PolicyFallback, metrics.ConfigMapLookups, metrics.BackstopSyncs, metrics.PrefilterSyncs, metrics.InjectionOff,
 			metrics.AuditRuns, metrics.AuditObjects, metrics.Refused)
 	})
 	return metrics
@@ -67,6 +70,10 @@ func NewMetrics() *Metrics {
 		MissingExemptNS: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gpuguard_exempt_namespaces_missing",
 			Help: "Exempt namespaces of the policy that do not exist; where namespaces are self-service, a tenant could create one.",
+		}),
+		MissingUnguardedNS: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpuguard_unguarded_namespaces_missing",
+			Help: "Namespaces the webhook configurations leave out (admission.systemNamespaces) that do not exist; whoever creates one gets a namespace gpuguard does not guard.",
 		}),
 		PolicyFallback: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gpuguard_policy_fallback",

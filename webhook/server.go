@@ -84,6 +84,10 @@ type Options struct {
 	// the kubelet to refresh a mounted Secret.
 	WriteCertDir bool
 
+	// UnguardedNamespaces are the namespaces the webhook configurations
+	// leave out; those that do not exist are reported.
+	UnguardedNamespaces []string
+
 	// CELBackstop keeps the policy's CEL backstop applied in the cluster, named
 	// CELBackstop.Name and leaving out CELBackstop.ExcludedNamespaces.
 	CELBackstop *cel.Options

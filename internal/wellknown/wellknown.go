@@ -80,6 +80,9 @@ const (
 	ReasonPolicyMissing  = "PolicyMissing"
 	ReasonPolicyFallback = "PolicyFallback"
 	ReasonBackstopFailed = "BackstopFailed"
+	// ReasonUnguardedNamespaceMissing, on the policy ConfigMap: a namespace
+	// the webhook configurations leave out does not exist.
+	ReasonUnguardedNamespaceMissing = "UnguardedNamespaceMissing"
 	// ReasonInjectionProfile: the hardened-cluster profile turned the void
 	// injection off or on.
 	ReasonInjectionProfile = "InjectionProfile"

@@ -36,6 +36,13 @@ type Reconciler struct {
 	Source    *Source
 	Events    events.EventRecorder
 	// Reloads counts a ConfigMap without the policy key as a failed load;
+	// Unguarded are the namespaces the webhook configurations leave out;
+	// MissingUnguardedNS counts those that do not exist, each also logged
+	// and recorded as a Warning Event on the policy ConfigMap.
+	Unguarded          []string
+	MissingUnguardedNS prometheus.Gauge
+	// missingUnguarded is what was last reported missing.
+	missingUnguarded []string
 	// MissingExemptNS is the number of exempt namespaces that do not exist.
 	Reloads         *prometheus.CounterVec
 	MissingExemptNS prometheus.Gauge
@@ -264,6 +271,36 @@ func (r *Reconciler) checkExemptNamespaces(ctx context.Context) {
 		}
 	}
 	r.MissingExemptNS.Set(float64(missing))
+	r.checkUnguardedNamespaces(ctx)
+}
+
+// checkUnguardedNamespaces reports the namespaces the webhook
+// configurations leave out that do not exist: whoever may create
+// namespaces would get one gpuguard never sees. Reported when the set
+// changes, not at every reconcile.
+func (r *Reconciler) checkUnguardedNamespaces(ctx context.Context) {
+	if r.MissingUnguardedNS == nil {
+		return
+	}
+	var missing []string
+	for _, name := range r.Unguarded {
+		err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})
+		if apierrors.IsNotFound(err) {
+			missing = append(missing, name)
+		} else if err != nil {
+			r.Log.Error(err, "could not check a namespace the webhooks leave out", "namespace", name)
+		}
+	}
+	r.MissingUnguardedNS.Set(float64(len(missing)))
+	if slices.Equal(missing, r.missingUnguarded) {
+		return
+	}
+	r.missingUnguarded = missing
+	if len(missing) > 0 {
+		r.Log.Info("namespaces the webhooks leave out do not exist; whoever creates one gets a namespace gpuguard does not guard", "namespaces", missing)
+		r.record(r.eventTarget(), corev1.EventTypeWarning, wellknown.ReasonUnguardedNamespaceMissing,
+			"namespaces %v are left out of admission (admission.systemNamespaces) but do not exist: whoever may create namespaces could create one and be unguarded; remove them from the list or create them", missing)
+	}
 }
 
 // recordMissing logs and records that the ConfigMap is gone. The Event is on

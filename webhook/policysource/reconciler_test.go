@@ -113,3 +113,39 @@ func TestNoFallbackStaysUnready(t *testing.T) {
 		t.Error("no policy must be in force")
 	}
 }
+
+// TestUnguardedNamespacesThatDoNotExistAreReported: a namespace the
+// webhook configurations leave out that does not exist is counted and,
+// when the set changes, a Warning Event: a tenant who may create
+// namespaces would otherwise get an unguarded one silently.
+func TestUnguardedNamespacesThatDoNotExistAreReported(t *testing.T) {
+	r, c, rec := newReconciler(false)
+	r.Unguarded = []string{"kube-system", "cert-manager", "tigera-operator"}
+	r.MissingUnguardedNS = prometheus.NewGauge(prometheus.GaugeOpts{Name: "unguarded"})
+	ctx := context.Background()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-system"}}); err != nil {
+		t.Fatal(err)
+	}
+	writePolicyConfigMap(t, c, string(config.DefaultYAML()))
+	r.reconcileOnce(t)
+	expectEvent(t, rec, wellknown.ReasonPolicyLoaded)
+	if got := testutil.ToFloat64(r.MissingUnguardedNS); got != 2 {
+		t.Errorf("missing unguarded namespaces %v, want 2 (cert-manager, tigera-operator)", got)
+	}
+	expectEvent(t, rec, wellknown.ReasonUnguardedNamespaceMissing)
+	r.reconcileOnce(t)
+	select {
+	case e := <-rec.Events:
+		t.Errorf("the same missing namespaces reported again: %s", e)
+	default:
+	}
+	for _, ns := range []string{"cert-manager", "tigera-operator"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.reconcileOnce(t)
+	if got := testutil.ToFloat64(r.MissingUnguardedNS); got != 0 {
+		t.Errorf("missing unguarded namespaces %v once they exist, want 0", got)
+	}
+}
