@@ -87,7 +87,13 @@ func watchCluster(mgr manager.Manager, o Options, source *policysource.Source, m
 		reconciler.Fallback = config.DefaultYAML()
 	}
 	if o.InjectVoid == InjectAuto {
-		reconciler.Hardening = &hardening.Nodes{Reader: mgr.GetClient(), GPUNodeLabels: o.GPUNodeLabels, LeaseNamespace: o.EnforcerLeaseNamespace}
+		reconciler.Hardening = &hardening.Nodes{Reader: mgr.GetClient(), GPUNodeLabels: o.GPUNodeLabels, LeaseNamespace: o.EnforcerLeaseNamespace,
+			IsGPUResource: func(r string) bool {
+				if e := source.Engine(); e != nil {
+					return e.Policy().Spec.IsGPUResource(r)
+				}
+				return config.Default().Spec.IsGPUResource(r)
+			}}
 		reconciler.LeaseNamespace = o.EnforcerLeaseNamespace
 		reconciler.InjectionOff = m.InjectionOff
 	}

@@ -14,7 +14,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpuguard/gpuguard/internal/wellknown"
@@ -27,6 +26,11 @@ type Nodes struct {
 	Reader client.Reader
 	// GPUNodeLabels select GPU nodes: a node with any of them is one.
 	GPUNodeLabels []Label
+	// IsGPUResource, when set, makes a node that advertises any such
+	// resource in its allocatable a GPU node too, labelled or not: a GPU
+	// node without GPU Feature Discovery's or NFD's label (and so without
+	// gpuguard's agent) must keep the injection on, not go unseen.
+	IsGPUResource func(string) bool
 	// LeaseNamespace, when set, is where the agents' node enforcers hold
 	// their Leases (wellknown.EnforcerLeaseName): a GPU node whose enforcer
 	// holds a fresh one is covered too, since every container it creates
@@ -54,8 +58,7 @@ func ParseLabel(s string) (Label, error) {
 // that does not, or that there is none (a cluster without GPU nodes keeps
 // injecting, so that the first node to join is covered before it reports).
 func (n *Nodes) AllHardened(ctx context.Context) (ok bool, why string, err error) {
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	list := &corev1.NodeList{}
 	if err := n.Reader.List(ctx, list); err != nil {
 		return false, "", fmt.Errorf("listing nodes: %w", err)
 	}
@@ -65,7 +68,7 @@ func (n *Nodes) AllHardened(ctx context.Context) (ok bool, why string, err error
 	}
 	var gpu []string
 	for _, node := range list.Items {
-		if !n.isGPUNode(node.Labels) {
+		if !n.isGPUNode(node.Labels) && !n.advertisesGPUs(node.Status.Allocatable) {
 			continue
 		}
 		if node.Labels[wellknown.HardenedMarkLabel] != "true" && !enforced[node.Name] {
@@ -114,6 +117,19 @@ func (n *Nodes) enforcedNodes(ctx context.Context) (map[string]bool, error) {
 		}
 	}
 	return out, nil
+}
+
+// advertisesGPUs reports whether a node's allocatable holds a GPU resource.
+func (n *Nodes) advertisesGPUs(allocatable corev1.ResourceList) bool {
+	if n.IsGPUResource == nil {
+		return false
+	}
+	for name, q := range allocatable {
+		if q.Sign() > 0 && n.IsGPUResource(string(name)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (n *Nodes) isGPUNode(labels map[string]string) bool {

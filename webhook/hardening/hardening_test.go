@@ -8,6 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -98,6 +99,36 @@ func TestEnforcerLeasesCover(t *testing.T) {
 			n.LeaseNamespace = "elsewhere"
 			if got, _, _ := n.AllHardened(context.Background()); got {
 				t.Error("a Lease outside the namespace followed must not count")
+			}
+		})
+	}
+}
+
+// TestGPUNodesByAllocatable: a node that advertises a GPU resource is a GPU
+// node without any GPU label (no GPU Feature Discovery, no NFD, so no
+// agent): unhardened, it keeps the injection on. Once it reports hardened
+// it counts; a CPU node's zero of a GPU resource does not make it one.
+func TestGPUNodesByAllocatable(t *testing.T) {
+	isGPU := func(r string) bool { return strings.HasPrefix(r, "nvidia.com/") }
+	gpus := func(n string, labels map[string]string, q string) client.Object {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: labels},
+			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(q)}}}
+	}
+	hardened := node("labelled", map[string]string{"nvidia.com/gpu.present": "true", wellknown.HardenedMarkLabel: "true"})
+	for _, tc := range []struct {
+		name  string
+		nodes []client.Object
+		want  bool
+	}{
+		{"an unlabelled node with 8 GPUs", []client.Object{hardened, gpus("bare", nil, "8")}, false},
+		{"the same node reporting hardened", []client.Object{hardened, gpus("bare", map[string]string{wellknown.HardenedMarkLabel: "true"}, "8")}, true},
+		{"zero GPUs allocatable", []client.Object{hardened, gpus("cpu", nil, "0")}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &Nodes{Reader: fake.NewClientBuilder().WithObjects(tc.nodes...).Build(), GPUNodeLabels: gpuLabels, IsGPUResource: isGPU}
+			got, why, err := n.AllHardened(context.Background())
+			if err != nil || got != tc.want {
+				t.Errorf("all hardened %v (%s, %v), want %v", got, why, err, tc.want)
 			}
 		})
 	}

@@ -87,7 +87,9 @@ func (r *Reconciler) Setup(mgr manager.Manager) error {
 		toHardening := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: hardeningKey}}
 		})
-		b = b.WatchesMetadata(&corev1.Node{}, toHardening)
+		// Whole Nodes, not their metadata: a node advertising GPUs in its
+		// allocatable is a GPU node, labelled or not.
+		b = b.Watches(&corev1.Node{}, toHardening)
 		if r.LeaseNamespace != "" {
 			b = b.Watches(&coordinationv1.Lease{}, toHardening)
 		}
