@@ -690,31 +690,7 @@ func TestCheckSARIF(t *testing.T) {
 	if r.code != 1 {
 		t.Fatalf("exit %d, want 1\n%s", r.code, r.stderr)
 	}
-	var log struct {
-		Version string `json:"version"`
-		Runs    []struct {
-			Tool struct {
-				Driver struct {
-					Rules []struct{ ID string } `json:"rules"`
-				} `json:"driver"`
-			} `json:"tool"`
-			Results []struct {
-				RuleID    string `json:"ruleId"`
-				Level     string `json:"level"`
-				Locations []struct {
-					Physical struct {
-						Artifact struct{ URI string } `json:"artifactLocation"`
-						Region   struct {
-							StartLine int `json:"startLine"`
-						} `json:"region"`
-					} `json:"physicalLocation"`
-				} `json:"locations"`
-			} `json:"results"`
-		} `json:"runs"`
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &log); err != nil {
-		t.Fatalf("%v\n%s", err, r.stdout)
-	}
+	log := readSARIF(t, r.stdout)
 	if log.Version != "2.1.0" || len(log.Runs) != 1 || len(log.Runs[0].Tool.Driver.Rules) < 10 {
 		t.Fatalf("not a SARIF 2.1.0 log with gpuguard's rules:\n%s", r.stdout)
 	}
@@ -898,27 +874,7 @@ func TestCheckInputErrorsInTheOutput(t *testing.T) {
 		t.Fatalf("want the leak, then an error entry for stdin at its line, got %+v", entries)
 	}
 	r = gpuguard(t, in, "check", "-o", "sarif", "-")
-	var log struct {
-		Runs []struct {
-			Invocations []struct {
-				ExecutionSuccessful bool `json:"executionSuccessful"`
-				Notifications       []struct {
-					Level     string            `json:"level"`
-					Locations []json.RawMessage `json:"locations"`
-				} `json:"toolExecutionNotifications"`
-			} `json:"invocations"`
-			Results []struct {
-				Locations []struct {
-					Physical struct {
-						Artifact struct{ URI string } `json:"artifactLocation"`
-					} `json:"physicalLocation"`
-				} `json:"locations"`
-			} `json:"results"`
-		} `json:"runs"`
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &log); err != nil {
-		t.Fatalf("%v\n%s", err, r.stdout)
-	}
+	log := readSARIF(t, r.stdout)
 	run := log.Runs[0]
 	if len(run.Invocations) != 1 || run.Invocations[0].ExecutionSuccessful || len(run.Invocations[0].Notifications) != 1 ||
 		run.Invocations[0].Notifications[0].Level != "error" || len(run.Invocations[0].Notifications[0].Locations) != 1 {
@@ -931,4 +887,46 @@ func TestCheckInputErrorsInTheOutput(t *testing.T) {
 	if !strings.Contains(clean.stdout, `"executionSuccessful": true`) {
 		t.Errorf("a run that judged everything must say so:\n%s", clean.stdout)
 	}
+}
+
+// sarifOutput is what the tests read of check's SARIF.
+type sarifOutput struct {
+	Version string `json:"version"`
+	Runs    []struct {
+		Tool struct {
+			Driver struct {
+				Rules []struct{ ID string } `json:"rules"`
+			} `json:"driver"`
+		} `json:"tool"`
+		Invocations []struct {
+			ExecutionSuccessful bool `json:"executionSuccessful"`
+			Notifications       []struct {
+				Level     string          `json:"level"`
+				Locations []sarifLocation `json:"locations"`
+			} `json:"toolExecutionNotifications"`
+		} `json:"invocations"`
+		Results []struct {
+			RuleID    string          `json:"ruleId"`
+			Level     string          `json:"level"`
+			Locations []sarifLocation `json:"locations"`
+		} `json:"results"`
+	} `json:"runs"`
+}
+
+type sarifLocation struct {
+	Physical struct {
+		Artifact struct{ URI string } `json:"artifactLocation"`
+		Region   struct {
+			StartLine int `json:"startLine"`
+		} `json:"region"`
+	} `json:"physicalLocation"`
+}
+
+func readSARIF(t *testing.T, stdout string) sarifOutput {
+	t.Helper()
+	var log sarifOutput
+	if err := json.Unmarshal([]byte(stdout), &log); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	return log
 }

@@ -41,24 +41,12 @@ func TestHardenedProfileFollowsTheNodes(t *testing.T) {
 	if err := wh.WaitReady(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	s.Configs.PointAt(wh.Port, s.CA.PEM)
-	defer func() {
-		_ = wh.Stop()
+	callOnly(t, wh, func() {
 		removeBackstop(ctx, t, name)
 		for _, n := range nodes {
 			_ = s.cp.Client.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
 		}
-		s.Configs.PointAt(s.Webhook.Port, s.CA.PEM)
-		if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
-			t.Error(err)
-		}
-		if err := s.waitEnforcing(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
-		t.Fatal(err)
-	}
+	})
 	waitVoid(t, wh, false)
 	if _, err := s.cp.Client.CoreV1().Pods(enforceNS).Create(ctx, withEnv(plainPod("miner"), allGPUs),
 		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
@@ -139,13 +127,28 @@ func TestEnforcedProfileFollowsTheLeases(t *testing.T) {
 	if err := wh.WaitReady(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	s.Configs.PointAt(wh.Port, s.CA.PEM)
-	defer func() {
-		_ = wh.Stop()
+	callOnly(t, wh, func() {
 		_ = leases.Delete(ctx, lease.Name, metav1.DeleteOptions{})
 		for _, n := range []string{hardened, enforced} {
 			_ = s.cp.Client.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
 		}
+	})
+	waitVoid(t, wh, false)
+	// Not renewed, the Lease goes stale after its 15 s: the webhook looks
+	// again on its own.
+	waitVoid(t, wh, true)
+}
+
+// callOnly points the suite's webhook configurations at wh, the only
+// gpuguard the API server calls, until the test ends: then wh stops,
+// cleanup runs and the suite's webhook is put back and enforcing.
+func callOnly(t *testing.T, wh *framework.Webhook, cleanup func()) {
+	t.Helper()
+	ctx := context.Background()
+	s.Configs.PointAt(wh.Port, s.CA.PEM)
+	t.Cleanup(func() {
+		_ = wh.Stop()
+		cleanup()
 		s.Configs.PointAt(s.Webhook.Port, s.CA.PEM)
 		if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
 			t.Error(err)
@@ -153,12 +156,8 @@ func TestEnforcedProfileFollowsTheLeases(t *testing.T) {
 		if err := s.waitEnforcing(ctx); err != nil {
 			t.Error(err)
 		}
-	}()
+	})
 	if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
 		t.Fatal(err)
 	}
-	waitVoid(t, wh, false)
-	// Not renewed, the Lease goes stale after its 15 s: the webhook looks
-	// again on its own.
-	waitVoid(t, wh, true)
 }

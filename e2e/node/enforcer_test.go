@@ -113,6 +113,14 @@ func testEnforcedPrivilegedRefused(t *testing.T) {
 // runtime refused its container for gpuguard; it must never run.
 func expectRefused(t *testing.T, p *corev1.Pod) {
 	t.Helper()
+	expectCreateContainerError(t, p, "gpuguard")
+}
+
+// expectCreateContainerError creates p and waits until its container is
+// refused at creation (CreateContainerError) with a message holding want;
+// it must never run.
+func expectCreateContainerError(t *testing.T, p *corev1.Pod, want string) {
+	t.Helper()
 	ctx := context.Background()
 	pods := s.cp.Client.CoreV1().Pods(tenantNS)
 	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -131,13 +139,13 @@ func expectRefused(t *testing.T, p *corev1.Pod) {
 			}
 			if w := cs.State.Waiting; w != nil {
 				last = w.Reason + ": " + w.Message
-				return w.Reason == "CreateContainerError" && strings.Contains(w.Message, "gpuguard"), nil
+				return w.Reason == "CreateContainerError" && strings.Contains(w.Message, want), nil
 			}
 		}
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("%s: %v (last state %q), want CreateContainerError naming gpuguard", p.Name, err, last)
+		t.Fatalf("%s: %v (last state %q), want CreateContainerError saying %q", p.Name, err, last, want)
 	}
 }
 
@@ -216,31 +224,7 @@ func testEnforcerRequired(t *testing.T) {
 		}
 	})
 	p := probePod("enforcer-required")
-	pods := s.cp.Client.CoreV1().Pods(tenantNS)
-	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.node.DeletePod(ctx, tenantNS, p.Name) })
-	var last string
-	err := framework.Poll(ctx, time.Minute, func() (bool, error) {
-		got, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, cs := range got.Status.ContainerStatuses {
-			if cs.State.Running != nil || cs.State.Terminated != nil {
-				return false, errors.New("the container ran without the enforcer")
-			}
-			if w := cs.State.Waiting; w != nil {
-				last = w.Reason + ": " + w.Message
-				return w.Reason == "CreateContainerError" && strings.Contains(w.Message, `required plugin "gpuguard"`), nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("with the enforcer down: %v (last state %q), want CreateContainerError for the required plugin", err, last)
-	}
+	expectCreateContainerError(t, p, `required plugin "gpuguard"`)
 	if err := s.node.StartAgent(ctx); err != nil {
 		t.Fatal(err)
 	}
