@@ -42,6 +42,9 @@ type Node struct {
 	restrictOOMScoreAdj bool
 	// createdHostKubeletDir: /var/lib/kubelet did not exist before the node.
 	createdHostKubeletDir bool
+	// claimedDevicePluginDir: no other kubelet served the device plugin
+	// directory when the node started, so what is in it is the node's.
+	claimedDevicePluginDir bool
 
 	kubeletPort, kubeletHealthzPort, agentMetricsPort int
 	agentBinary                                       string
@@ -205,6 +208,7 @@ func (n *Node) claimDevicePluginDir() error {
 	if err := otherKubelet(); err != nil {
 		return err
 	}
+	n.claimedDevicePluginDir = true
 	if _, err := os.Stat(hostKubeletDir); os.IsNotExist(err) {
 		n.createdHostKubeletDir = true
 	}
@@ -225,6 +229,11 @@ func otherKubelet() error {
 // directory: all of it when the node created it, else the node's sockets
 // and the device checkpoint.
 func (n *Node) releaseDevicePluginDir() error {
+	if !n.claimedDevicePluginDir {
+		// Another kubelet's: a start refused for it must not remove its
+		// sockets (it once did, and broke the other suite's registrations).
+		return nil
+	}
 	if n.createdHostKubeletDir {
 		return os.RemoveAll(hostKubeletDir)
 	}

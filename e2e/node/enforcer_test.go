@@ -178,15 +178,7 @@ func expectEvent(t *testing.T, pod *corev1.Pod, reason, want string) {
 func testEnforcerDownFailsOpen(t *testing.T) {
 	logEnforcerOnFailure(t)
 	ctx := context.Background()
-	if err := s.node.StopAgent(); err != nil {
-		t.Fatal(err)
-	}
-	up := false
-	t.Cleanup(func() {
-		if !up {
-			_ = s.node.StartAgent(ctx)
-		}
-	})
+	startAgain := stopAgent(t)
 	p := probePod("enforcer-down")
 	p.Spec.RestartPolicy = corev1.RestartPolicyAlways
 	if _, err := s.cp.Client.CoreV1().Pods(tenantNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -197,10 +189,7 @@ func testEnforcerDownFailsOpen(t *testing.T) {
 	// Stopped, the enforcer has released its Lease: the webhook's
 	// injectVoid auto no longer counts the node as covered.
 	expectLeaseHolder(t, "")
-	if err := s.node.StartAgent(ctx); err != nil {
-		t.Fatal(err)
-	}
-	up = true
+	startAgain()
 	expectLeaseHolder(t, nodeName)
 	// StartedAt has whole seconds: only a run that began a full second
 	// after the enforcer registered is surely its.
@@ -213,22 +202,10 @@ func testEnforcerDownFailsOpen(t *testing.T) {
 // judged, once it is back.
 func testEnforcerRequired(t *testing.T) {
 	logEnforcerOnFailure(t)
-	ctx := context.Background()
-	if err := s.node.StopAgent(); err != nil {
-		t.Fatal(err)
-	}
-	up := false
-	t.Cleanup(func() {
-		if !up {
-			_ = s.node.StartAgent(ctx)
-		}
-	})
+	startAgain := stopAgent(t)
 	p := probePod("enforcer-required")
 	expectCreateContainerError(t, p, `required plugin "gpuguard"`)
-	if err := s.node.StartAgent(ctx); err != nil {
-		t.Fatal(err)
-	}
-	up = true
+	startAgain()
 	expectGPUs(t, runStartedAfter(t, p.Name, time.Time{}), nil)
 }
 
@@ -273,5 +250,27 @@ func expectLeaseHolder(t *testing.T, holder string) {
 	})
 	if err != nil {
 		t.Fatalf("the node enforcer's Lease: exists %v, held by %q; want held by %q: %v", exists, got, holder, err)
+	}
+}
+
+// stopAgent stops the node's agent, enforcer and all, and returns what
+// starts it again; the test's end starts it if the test did not.
+func stopAgent(t *testing.T) (startAgain func()) {
+	t.Helper()
+	if err := s.node.StopAgent(); err != nil {
+		t.Fatal(err)
+	}
+	up := false
+	t.Cleanup(func() {
+		if !up {
+			_ = s.node.StartAgent(context.Background())
+		}
+	})
+	return func() {
+		t.Helper()
+		if err := s.node.StartAgent(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		up = true
 	}
 }
