@@ -164,6 +164,11 @@ func (h *Handler) count(req admission.Request, decision, rule string) {
 }
 
 func (h *Handler) countResult(req admission.Request, decision policy.Decision, r policy.Result) {
+	// A denial ends the request in the phase that makes it; warnings are
+	// counted where the final object is judged, so each request counts once.
+	if h.Metrics.ByNamespace != nil && (decision == policy.DecisionDeny || (decision == policy.DecisionWarn && h.Phase == policy.Validating)) {
+		h.Metrics.ByNamespace.inc(req.Namespace, string(decision))
+	}
 	rules := rulesOf(r)
 	if len(rules) == 0 {
 		h.count(req, string(decision), "")

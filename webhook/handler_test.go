@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -228,5 +229,33 @@ func TestHandlerBadInput(t *testing.T) {
 	resp = empty.Handle(context.Background(), review{kind: "Pod", op: "CREATE", obj: pod(container("a", false))}.request(t))
 	if resp.Allowed || resp.Result.Code != http.StatusServiceUnavailable {
 		t.Errorf("without a policy the webhook must fail the request (failurePolicy decides), got %+v", resp.Result)
+	}
+}
+
+// TestDecisionsByNamespace: denials (in the phase that makes them) and
+// warnings (where the final object is judged) count once per request in
+// their namespace, for "which tenant is denied?"; past the bound, in
+// namespace _other, so namespaces created per job cannot grow the series
+// without end.
+func TestDecisionsByNamespace(t *testing.T) {
+	m := NewMetrics()
+	m.ByNamespace = newNamespaceCounter(m.ByNamespace.vec, 2)
+	leak := pod(container("app", false, all))
+	send := func(phase policy.Phase, ns, policyYAML string) {
+		h := handlerFor(t, phase, policyYAML)
+		h.Metrics = m
+		h.Handle(context.Background(), review{kind: "Pod", op: "CREATE", namespace: ns, obj: leak}.request(t))
+	}
+	send(policy.Mutating, "team-a", "")                        // denied at mutation
+	send(policy.Validating, "team-b", "spec:\n  mode: warn\n") // warned at validation
+	send(policy.Mutating, "team-b", "spec:\n  mode: warn\n")   // no count: mutation does not warn-count
+	send(policy.Mutating, "team-c", "")                        // past the bound
+	for _, c := range []struct {
+		ns, decision string
+		want         float64
+	}{{"team-a", "deny", 1}, {"team-b", "warn", 1}, {"team-c", "deny", 0}, {otherNamespaces, "deny", 1}} {
+		if got := testutil.ToFloat64(m.ByNamespace.vec.WithLabelValues(c.ns, c.decision)); got != c.want {
+			t.Errorf("%s %s: %v, want %v", c.ns, c.decision, got, c.want)
+		}
 	}
 }

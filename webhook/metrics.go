@@ -13,7 +13,10 @@ import (
 // Metrics are gpuguard's Prometheus collectors, registered once in
 // controller-runtime's registry, which the metrics endpoint serves.
 type Metrics struct {
-	Decisions       *prometheus.CounterVec
+	Decisions *prometheus.CounterVec
+	// ByNamespace counts denials and warnings per namespace, bounded
+	// (namespaceSeries).
+	ByNamespace *namespaceCounter
 	Evaluation      *prometheus.HistogramVec
 	PolicyReloads   *prometheus.CounterVec
 	PolicyInfo      *prometheus.GaugeVec
@@ -40,7 +43,7 @@ var (
 func DefaultMetrics() *Metrics {
 	metricsOnce.Do(func() {
 		metrics = NewMetrics()
-		ctrlmetrics.Registry.MustRegister(metrics.Decisions, metrics.Evaluation, metrics.PolicyReloads,
+		ctrlmetrics.Registry.MustRegister(metrics.Decisions, metrics.ByNamespace.vec, metrics.Evaluation, metrics.PolicyReloads,
 			metrics.PolicyInfo, metrics.MissingExemptNS, metrics.MissingUnguardedNS, metrics.PolicyFallback, metrics.ConfigMapLookups, metrics.BackstopSyncs, metrics.PrefilterSyncs, metrics.InjectionOff,
 			metrics.AuditRuns, metrics.AuditObjects, metrics.Refused)
 	})
@@ -50,6 +53,10 @@ func DefaultMetrics() *Metrics {
 // NewMetrics makes unregistered collectors, for tests.
 func NewMetrics() *Metrics {
 	return &Metrics{
+		ByNamespace: newNamespaceCounter(prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuguard_admission_namespace_decisions_total",
+			Help: "Denials and warnings by namespace (the first 200 namespaces seen get a series each; the rest count as namespace _other) and decision (deny, warn).",
+		}, []string{"namespace", "decision"}), namespaceSeries),
 		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuguard_admission_decisions_total",
 			Help: "Admission decisions by phase, operation, kind, decision (allow, mutate, warn, deny, exempt, error) and rule.",
@@ -118,4 +125,39 @@ func (m *Metrics) policySource() policysource.Metrics {
 // NewPolicySource makes an empty policy source that counts in m.
 func NewPolicySource(m *Metrics, log logr.Logger) *policysource.Source {
 	return policysource.New(m.policySource(), log)
+}
+
+// namespaceSeries bounds the namespaces gpuguard_admission_namespace_decisions_total
+// names: enough for "which tenant is denied?" on most clusters, and a fixed
+// cost where namespaces are created per job.
+const namespaceSeries = 200
+
+// otherNamespaces is the namespace label of the namespaces past the bound.
+const otherNamespaces = "_other"
+
+// namespaceCounter counts per namespace, the first limit namespaces by
+// name and the rest together.
+type namespaceCounter struct {
+	vec   *prometheus.CounterVec
+	limit int
+	mu    sync.Mutex
+	seen  map[string]bool
+}
+
+func newNamespaceCounter(vec *prometheus.CounterVec, limit int) *namespaceCounter {
+	return &namespaceCounter{vec: vec, limit: limit, seen: map[string]bool{}}
+}
+
+// inc counts one decision in namespace.
+func (c *namespaceCounter) inc(namespace, decision string) {
+	c.mu.Lock()
+	if !c.seen[namespace] {
+		if len(c.seen) >= c.limit {
+			namespace = otherNamespaces
+		} else {
+			c.seen[namespace] = true
+		}
+	}
+	c.mu.Unlock()
+	c.vec.WithLabelValues(namespace, decision).Inc()
 }
