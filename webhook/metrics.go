@@ -16,7 +16,7 @@ type Metrics struct {
 	Decisions *prometheus.CounterVec
 	// ByNamespace counts denials and warnings per namespace, bounded
 	// (namespaceSeries).
-	ByNamespace *namespaceCounter
+	ByNamespace     *namespaceCounter
 	Evaluation      *prometheus.HistogramVec
 	PolicyReloads   *prometheus.CounterVec
 	PolicyInfo      *prometheus.GaugeVec
