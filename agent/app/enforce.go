@@ -45,7 +45,7 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 	go func() {
 		defer s.wg.Done()
 		defer allocations.Close()
-		p.Run(ctx, a.cfg.NRISocket, a.cfg.RetryInterval)
+		p.Run(ctx, a.cfg.NRISocket, enforcer.ReconnectInterval)
 	}()
 	go func() {
 		defer s.wg.Done()

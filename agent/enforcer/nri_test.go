@@ -55,12 +55,18 @@ func startRuntime(t testing.TB) (*adaptation.Adaptation, string) {
 // having allocated GPU-a to team-a/train/main.
 func startEnforcer(t testing.TB, socket string) {
 	t.Helper()
+	startEnforcerWith(t, socket, fixedAllocations{{Namespace: "team-a", Pod: "train", Container: "main"}: {"nvidia.com/gpu": {"GPU-a"}}})
+}
+
+// startEnforcerWith connects the enforcer, reading allocations from allocs.
+func startEnforcerWith(t testing.TB, socket string, allocs verifier.AllocationSource) {
+	t.Helper()
 	rules := &atomic.Pointer[Rules]{}
 	rules.Store(testRules(t))
 	reg := prometheus.NewRegistry()
 	decisions, latency := NewMetrics(reg)
 	p := &Plugin{Rules: rules, Exemptions: &verifier.Exemptions{}, Log: logr.Discard(), Decisions: decisions, Latency: latency,
-		Allocations: fixedAllocations{{Namespace: "team-a", Pod: "train", Container: "main"}: {"nvidia.com/gpu": {"GPU-a"}}}}
+		Allocations: allocs}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -184,5 +190,38 @@ func BenchmarkCreateContainerThroughNRI(b *testing.B) {
 		name := strings.ReplaceAll(arm, " ", "-")
 		b.ReportMetric(pct(0.50), fmt.Sprintf("%s-p50-µs", name))
 		b.ReportMetric(pct(0.99), fmt.Sprintf("%s-p99-µs", name))
+	}
+}
+
+// stalling is a kubelet whose PodResources answers nothing while stalled.
+type stalling struct{ stalled atomic.Bool }
+
+func (s *stalling) Allocations(ctx context.Context) (verifier.Allocations, error) {
+	if s.stalled.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return verifier.Allocations{}, nil
+}
+
+// TestAStalledKubeletRefusesTheContainerNotThePlugin: when the kubelet
+// does not answer, the enforcer refuses the container with a reason within
+// its budget, before NRI's own request timeout, which would close the
+// plugin and create containers without it until it reconnected; the next
+// container is judged as usual.
+func TestAStalledKubeletRefusesTheContainerNotThePlugin(t *testing.T) {
+	r, socket := startRuntime(t)
+	kubelet := &stalling{}
+	startEnforcerWith(t, socket, kubelet)
+	waitAdjusted(t, r, createRequest("first", "main", "NVIDIA_VISIBLE_DEVICES=all"))
+	kubelet.stalled.Store(true)
+	_, err := r.CreateContainer(context.Background(), createRequest("stalled", "main", "NVIDIA_VISIBLE_DEVICES=all"))
+	if err == nil || !strings.Contains(err.Error(), "cannot read the kubelet's GPU allocation") {
+		t.Fatalf("with the kubelet stalled: %v, want the container refused with the enforcer's reason", err)
+	}
+	kubelet.stalled.Store(false)
+	resp, err := r.CreateContainer(context.Background(), createRequest("after", "main", "NVIDIA_VISIBLE_DEVICES=all"))
+	if err != nil || envOf(resp.GetAdjust())["NVIDIA_VISIBLE_DEVICES"] != Void {
+		t.Fatalf("the next container: %v, adjustment %v; want void from an enforcer still connected", err, resp.GetAdjust())
 	}
 }

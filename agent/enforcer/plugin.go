@@ -117,7 +117,20 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	return adj, nil, err
 }
 
+// decisionBudget bounds the reads one decision makes (the kubelet's
+// allocations, a pod for its service account): under NRI's 2 s request
+// timeout, so that a slow kubelet gets this container refused, with a
+// reason, rather than the plugin timed out, which NRI answers by dropping
+// its connection and creating containers without it until it reconnects.
+const decisionBudget = 1500 * time.Millisecond
+
+// ReconnectInterval is how long the enforcer waits before connecting to
+// the runtime again after a lost connection.
+const ReconnectInterval = 5 * time.Second
+
 func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (string, *api.ContainerAdjustment, error) {
+	ctx, cancel := context.WithTimeout(ctx, decisionBudget)
+	defer cancel()
 	key := verifier.ContainerKey{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName()}
 	log := p.Log.WithValues("container", key.String())
 	allocations, err := p.Allocations.Allocations(ctx)
@@ -125,7 +138,9 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 		// Fail closed: without the allocation nothing says what the
 		// container may have; the kubelet retries the creation.
 		log.Error(err, "refused: the kubelet's allocation cannot be read")
-		return "error", nil, fmt.Errorf("gpuguard: cannot read the kubelet's GPU allocation for %s: %w", key, err)
+		// Not err itself: a deadline error would read to NRI as the plugin
+		// timing out, and close it.
+		return "error", nil, fmt.Errorf("gpuguard: cannot read the kubelet's GPU allocation for %s: %s", key, err.Error())
 	}
 	rules := p.Rules.Load()
 	c := verifier.Container{ID: ctr.GetId(), Key: key, PodUID: pod.GetUid()}
