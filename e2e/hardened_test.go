@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +34,7 @@ func TestHardenedProfileFollowsTheNodes(t *testing.T) {
 	ctx := context.Background()
 	const name = "gpuguard-hardened"
 	nodes := []string{"gpu-hardened-a", "gpu-hardened-b"}
+	hardenOtherGPUNodes(t, nodes...)
 	for _, n := range nodes {
 		setNodeLabels(t, n, map[string]string{gpuNodeLabel: "true", wellknown.HardenedMarkLabel: "true"})
 	}
@@ -112,6 +115,7 @@ func setNodeLabels(t *testing.T, name string, labels map[string]string) {
 func TestEnforcedProfileFollowsTheLeases(t *testing.T) {
 	ctx := context.Background()
 	hardened, enforced := "gpu-lease-hardened", "gpu-lease-enforced"
+	hardenOtherGPUNodes(t, hardened, enforced)
 	setNodeLabels(t, hardened, map[string]string{gpuNodeLabel: "true", wellknown.HardenedMarkLabel: "true"})
 	setNodeLabels(t, enforced, map[string]string{gpuNodeLabel: "true"})
 	leases := s.cp.Client.CoordinationV1().Leases(releaseNS)
@@ -159,5 +163,35 @@ func callOnly(t *testing.T, wh *framework.Webhook, cleanup func()) {
 	})
 	if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// hardenOtherGPUNodes marks every GPU node other tests left in the suite's
+// API server (the fixtures' nodes advertise GPUs in their allocatable, and
+// count as GPU nodes without a label) hardened until the test ends, so
+// that only the test's own nodes decide; the mark is removed after.
+func hardenOtherGPUNodes(t *testing.T, own ...string) {
+	t.Helper()
+	ctx := context.Background()
+	list, err := s.cp.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range list.Items {
+		if slices.Contains(own, n.Name) || n.Labels[wellknown.HardenedMarkLabel] == "true" {
+			continue
+		}
+		gpu := n.Labels[gpuNodeLabel] == "true"
+		for name, q := range n.Status.Allocatable {
+			gpu = gpu || (strings.HasPrefix(string(name), "nvidia.com/") && q.Sign() > 0)
+		}
+		if !gpu {
+			continue
+		}
+		setNodeLabels(t, n.Name, map[string]string{wellknown.HardenedMarkLabel: "true"})
+		t.Cleanup(func() {
+			patch := []byte(`{"metadata":{"labels":{"` + wellknown.HardenedMarkLabel + `":null}}}`)
+			_, _ = s.cp.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		})
 	}
 }
