@@ -228,7 +228,7 @@ func (a *Agent) start(ctx context.Context) (*session, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	s.cancel = cancel
 	a.startVerifier(sctx, s, inv)
-	if err := a.startEnforcer(sctx, s, inv); err != nil {
+	if err := a.startEnforcer(sctx, s, inv, in); err != nil {
 		cancel()
 		s.wg.Wait()
 		return nil, err

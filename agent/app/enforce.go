@@ -2,27 +2,39 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/gpuguard/gpuguard/agent/discovery"
 	"github.com/gpuguard/gpuguard/agent/enforcer"
+	"github.com/gpuguard/gpuguard/agent/nodereport"
 	"github.com/gpuguard/gpuguard/agent/verifier"
+	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 // startEnforcer runs the node enforcer in the session until it stops: an
 // NRI plugin that connects to the runtime (again after each restart) and
 // reads the policy's exemptions and rules again every verify interval.
-func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.Inventory) error {
+func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.Inventory, in nodereport.Inputs) error {
 	if !a.cfg.Enforce {
 		return nil
 	}
 	pol := a.verifierPolicy()
+	specs, err := a.enforcerCDI(pol, in)
+	if err != nil {
+		return err
+	}
 	rules, err := enforcer.NewRules(pol, inv)
 	if err != nil {
 		return err
 	}
+	rules.WithCDI(specs)
 	allocations, err := verifier.DialPodResources(a.cfg.PodResourcesSocket)
 	if err != nil {
 		return err
@@ -59,10 +71,40 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 			}
 			pol := a.verifierPolicy()
 			if r, err := enforcer.NewRules(pol, inv); err == nil {
-				current.Store(r)
+				current.Store(r.WithCDI(specs))
 				ex.Set(pol, a.cfg.VerifyExemptNamespaces)
 			}
 		}
 	}()
 	return nil
+}
+
+// enforcerCDI writes the enforcer's void device into the agent's CDI
+// directory and reads the node's specs for the allocated devices' names:
+// the toolkit's kind first, then the agent's own. A directory that cannot
+// be written is no reason to stop: such a node refuses, rather than
+// narrows, a container with a device variable set twice.
+func (a *Agent) enforcerCDI(pol *config.Policy, in nodereport.Inputs) (enforcer.CDINamer, error) {
+	dir := filepath.Join(a.cfg.HostRoot, a.cfg.CDISpecDir)
+	path, err := enforcer.WriteVoidSpec(dir, pol.Spec.DeviceVariables())
+	if err != nil {
+		a.log.Error(err, "the node enforcer will refuse, not narrow, containers that set a device variable more than once")
+		return nil, nil
+	}
+	a.log.Info("node enforcer CDI spec", "path", path, "device", enforcer.VoidDevice)
+	dirs, kinds := []string{dir}, []string{"nvidia.com/gpu", wellknown.CDIKind}
+	toolkitDirs := []string{"/etc/cdi", "/var/run/cdi"}
+	if in.Toolkit != nil {
+		toolkitDirs, kinds[0] = in.Toolkit.CDISpecDirs, in.Toolkit.CDIDefaultKind
+	}
+	for _, d := range toolkitDirs {
+		if d := filepath.Join(a.cfg.HostRoot, d); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	specs, err := enforcer.NewSpecDirs(dirs, kinds)
+	if err != nil {
+		return nil, fmt.Errorf("reading CDI specs in %s: %w", strings.Join(dirs, ", "), err)
+	}
+	return specs, nil
 }

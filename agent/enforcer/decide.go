@@ -69,6 +69,10 @@ type Decision struct {
 	// taken away: environment keys, mount destinations, annotation keys and
 	// device node paths.
 	RemoveEnv, RemoveMounts, RemoveAnnotations, RemoveDevices []string
+	// InjectCDI are CDI devices added: the enforcer's void device and the
+	// allocated devices, where a device variable set more than once cannot
+	// be narrowed through the environment (see cdi.go).
+	InjectCDI []string
 	// Changes say, one line each, what was changed and why.
 	Changes []string
 }
@@ -87,6 +91,15 @@ type Rules struct {
 	// requests from.
 	cdiPrefixes []string
 	gpus        *Inventory
+	// cdi names devices through the node's CDI specs; nil where the
+	// enforcer has none, and a variable set twice is then refused.
+	cdi CDINamer
+}
+
+// WithCDI lets r narrow a variable set more than once through CDI.
+func (r *Rules) WithCDI(n CDINamer) *Rules {
+	r.cdi = n
+	return r
 }
 
 // NewRules builds the rules of a policy on a node with inv's GPUs.
@@ -121,16 +134,8 @@ func (r *Rules) Decide(c Container, f Facts) Decision {
 			d.Changes = append(d.Changes, "removed "+name+": "+problem)
 		}
 	}
-	// The runtime reads a variable's last occurrence, and NRI changes or
-	// removes only its first (containerd keeps the image's, the device
-	// plugin's and the pod's values side by side; the NRI spec generator
-	// then folds them to the last). A variable to change that occurs more
-	// than once cannot be made safe: the container is refused.
-	for _, name := range slices.Concat(slices.Sorted(maps.Keys(d.SetEnv)), d.RemoveEnv) {
-		if counts[name] > 1 {
-			return Decision{Refuse: fmt.Sprintf("gpuguard: %s is set %d times in the container's environment (image, device plugin, pod) and the runtime would honour the last, %q, which grants more than the kubelet allocated; remove it from the pod's env and envFrom",
-				name, counts[name], env[name])}
-		}
+	if refuse := r.decideRepeated(&d, env, counts, grant); refuse != "" {
+		return Decision{Refuse: refuse}
 	}
 	r.decideMounts(&d, c.Mounts, grant)
 	r.decideAnnotations(&d, c.Annotations, grant)
@@ -143,6 +148,55 @@ func (r *Rules) Decide(c Container, f Facts) Decision {
 		}
 	}
 	return d
+}
+
+// decideRepeated handles variables to change that occur more than once.
+// The runtime reads a variable's last occurrence, and NRI changes or
+// removes only its first (containerd keeps the image's, the device
+// plugin's and the pod's values side by side; NRI's spec generator then
+// folds them to the last). Device variables are narrowed through CDI
+// instead, which appends; anything else, or a node whose CDI specs cannot
+// name the allocation, gets the container refused, with the reason.
+func (r *Rules) decideRepeated(d *Decision, env map[string]string, counts map[string]int, g grant) (refuse string) {
+	var repeated []string
+	for _, name := range slices.Sorted(maps.Keys(d.SetEnv)) {
+		if counts[name] > 1 {
+			repeated = append(repeated, name)
+		}
+	}
+	for _, name := range d.RemoveEnv {
+		if counts[name] > 1 {
+			return refusal(name, counts[name], env[name], "it cannot be removed at the node")
+		}
+	}
+	if len(repeated) == 0 {
+		return ""
+	}
+	first := repeated[0]
+	if r.cdi == nil {
+		return refusal(first, counts[first], env[first], "this node enforcer has no CDI spec directory to narrow it through")
+	}
+	if g.unknown {
+		return refusal(first, counts[first], env[first], "the allocation names devices gpuguard cannot name through CDI")
+	}
+	inject, err := r.cdi.Qualify(g.devices)
+	if err != nil {
+		return refusal(first, counts[first], env[first], err.Error())
+	}
+	for _, name := range repeated {
+		delete(d.SetEnv, name)
+		d.Changes = slices.DeleteFunc(d.Changes, func(c string) bool { return strings.HasPrefix(c, "set "+name+"=") })
+		d.Changes = append(d.Changes, fmt.Sprintf("set %s=void through CDI, with the allocated devices (it was set %d times; the runtime would have read %q)",
+			name, counts[name], env[name]))
+	}
+	d.InjectCDI = inject
+	d.Changes = append(d.Changes, "injected CDI devices "+strings.Join(inject, ","))
+	return ""
+}
+
+func refusal(name string, count int, value, why string) string {
+	return fmt.Sprintf("gpuguard: %s is set %d times in the container's environment (image, device plugin, pod) and the runtime would honour the last, %q, which grants more than the kubelet allocated; %s: remove it from the pod's env and envFrom",
+		name, count, value, why)
 }
 
 // decideDeviceVariables sets each device variable to the allocation: void

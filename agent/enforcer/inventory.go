@@ -48,6 +48,9 @@ func NewInventory(inv *discovery.Inventory) *Inventory {
 type grant struct {
 	// visible is the device list that grants exactly the allocation.
 	visible []string
+	// devices are the allocated devices the inventory knows, each by its
+	// names, UUID first.
+	devices [][]string
 	// names are every name of the allocated devices.
 	names map[string]bool
 	// minors are the GPU device nodes the allocation needs.
@@ -76,6 +79,9 @@ func (in *Inventory) grant(allocated []string) grant {
 			g.names[n] = true
 		}
 		g.minors[d.minor] = true
+		if !slices.Contains(g.visible, d.names[0]) {
+			g.devices = append(g.devices, d.names)
+		}
 		g.visible = append(g.visible, d.names[0])
 	}
 	slices.Sort(g.visible)

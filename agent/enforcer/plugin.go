@@ -205,6 +205,9 @@ func adjustment(d Decision) *api.ContainerAdjustment {
 	for _, dev := range d.RemoveDevices {
 		adj.RemoveDevice(dev)
 	}
+	for _, name := range d.InjectCDI {
+		adj.AddCDIDevice(&api.CDIDevice{Name: name})
+	}
 	return adj
 }
 

@@ -36,7 +36,8 @@ func (n *Node) startAgent(p NodeProfile) error {
 		return err
 	}
 	if p.Enforce && os.Getenv(WithoutGPUGuardEnv) != "1" {
-		verifyArgs = append(verifyArgs, "--enforce", "--nri-socket", n.NRISocket())
+		// The enforcer writes its void CDI device where containerd reads specs.
+		verifyArgs = append(verifyArgs, "--enforce", "--nri-socket", n.NRISocket(), "--cdi-spec-dir", n.cdiDir())
 		if n.agentNamespace != "" {
 			verifyArgs = append(verifyArgs, "--enforcer-lease-namespace", n.agentNamespace)
 		}

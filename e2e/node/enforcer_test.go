@@ -51,24 +51,28 @@ func testEnforcedNoGPU(t *testing.T) {
 	expectEvent(t, pod, wellknown.ReasonContainerAdjusted, "NVIDIA_VISIBLE_DEVICES=void")
 }
 
-// testEnforcedEnvAll: a one-GPU pod whose env asks for every GPU is
-// refused. containerd keeps the image's, the device plugin's and the pod's
-// values side by side, the runtime reads the last, and NRI can change only
-// the first: the enforcer cannot narrow it, so it refuses it.
+// testEnforcedEnvAll: a one-GPU pod whose env asks for every GPU sees its
+// own only. containerd keeps the image's, the device plugin's and the pod's
+// values side by side and the runtime reads the last, which NRI's
+// environment adjustment cannot reach: the enforcer narrows it through CDI,
+// its void device and the toolkit spec's name of the allocated GPU.
 func testEnforcedEnvAll(t *testing.T) {
 	logEnforcerOnFailure(t)
-	expectRefused(t, withEnv(gpuPod("enforced-env-all"), "NVIDIA_VISIBLE_DEVICES", "all"))
+	report, pod := probe(t, tenantNS, withEnv(gpuPod("enforced-env-all"), "NVIDIA_VISIBLE_DEVICES", "all"))
+	expectAllocatedOnly(t, report, pod)
+	expectEvent(t, pod, wellknown.ReasonContainerAdjusted, "through CDI")
 }
 
-// testEnforcedNoGPUEnvAll: so is a pod without a GPU limit whose env asks
-// for every GPU on top of its image's.
+// testEnforcedNoGPUEnvAll: a pod without a GPU limit whose env asks for
+// every GPU on top of its image's sees none.
 func testEnforcedNoGPUEnvAll(t *testing.T) {
 	logEnforcerOnFailure(t)
-	expectRefused(t, withEnv(probePod("enforced-no-gpu-env-all"), "NVIDIA_VISIBLE_DEVICES", "all"))
+	report, _ := probe(t, tenantNS, withEnv(probePod("enforced-no-gpu-env-all"), "NVIDIA_VISIBLE_DEVICES", "all"))
+	expectGPUs(t, report, nil)
 }
 
 // testEnforcedSecret: a one-GPU pod pouring NVIDIA_VISIBLE_DEVICES=all in
-// from a Secret (which admission never reads) is refused.
+// from a Secret (which admission never reads) sees its own GPU only.
 func testEnforcedSecret(t *testing.T) {
 	logEnforcerOnFailure(t)
 	ctx := context.Background()
@@ -80,7 +84,8 @@ func testEnforcedSecret(t *testing.T) {
 	t.Cleanup(func() { _ = s.cp.Client.CoreV1().Secrets(tenantNS).Delete(ctx, secret.Name, metav1.DeleteOptions{}) })
 	p := gpuPod("enforced-secret")
 	p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: secret.Name}}}}
-	expectRefused(t, p)
+	report, pod := probe(t, tenantNS, p)
+	expectAllocatedOnly(t, report, pod)
 }
 
 // testEnforcedCDIAnnotation: on a node that passes cdi.k8s.io pod

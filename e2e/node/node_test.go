@@ -55,9 +55,9 @@ func TestNode(t *testing.T) {
 	t.Run("typical node with the node enforcer and no admission", func(t *testing.T) {
 		apply(t, enforced)
 		t.Run("a CUDA-image pod without a GPU limit sees no GPU", testEnforcedNoGPU)
-		t.Run("a pod without a GPU limit asking for every GPU by env is refused", testEnforcedNoGPUEnvAll)
-		t.Run("a one-GPU pod asking for every GPU by env is refused", testEnforcedEnvAll)
-		t.Run("a one-GPU pod taking every GPU from a Secret is refused", testEnforcedSecret)
+		t.Run("a pod without a GPU limit asking for every GPU by env sees none", testEnforcedNoGPUEnvAll)
+		t.Run("a one-GPU pod asking for every GPU by env sees its own", testEnforcedEnvAll)
+		t.Run("a one-GPU pod taking every GPU from a Secret sees its own", testEnforcedSecret)
 		t.Run("a pod bound to the node asking for what it does not advertise sees no GPU", testEnforcedUnhonoured)
 		t.Run("a privileged container is refused", testEnforcedPrivilegedRefused)
 		t.Run("with the enforcer down a container is created as its pod says, and judged at its next start", testEnforcerDownFailsOpen)

@@ -1,0 +1,116 @@
+package enforcer
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpuguard/gpuguard/internal/wellknown"
+)
+
+// A variable set more than once in a container's environment (the image's,
+// the device plugin's and the pod's values, which containerd keeps side by
+// side) cannot be narrowed through NRI's environment adjustment: its spec
+// generator changes the first occurrence and folds the later ones onto it,
+// and the runtime reads the last. CDI edits can: the runtime applies them
+// after NRI's, and they append a variable rather than replace it, so the
+// value they set is the one the NVIDIA runtime reads. The enforcer then
+// asks for its own void device, which sets every device variable to void,
+// and for the allocated devices by the names the node's CDI specs give them.
+
+// VoidKind and VoidDevice name the enforcer's own CDI device.
+const (
+	VoidKind   = wellknown.Domain + "/enforcer"
+	VoidDevice = VoidKind + "=void"
+)
+
+// VoidSpec is the enforcer's CDI spec: one device, void, whose only edit
+// sets each device variable to void.
+func VoidSpec(deviceVariables []string) *specs.Spec {
+	s := &specs.Spec{Kind: VoidKind}
+	edits := specs.ContainerEdits{}
+	for _, v := range deviceVariables {
+		edits.Env = append(edits.Env, v+"="+Void)
+	}
+	s.Devices = []specs.Device{{Name: Void, ContainerEdits: edits}}
+	s.Version, _ = specs.MinimumRequiredVersion(s)
+	return s
+}
+
+// WriteVoidSpec writes VoidSpec into dir, a directory the runtime reads CDI
+// specs from, and returns its path.
+func WriteVoidSpec(dir string, deviceVariables []string) (string, error) {
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		return "", err
+	}
+	vendor, class, _ := strings.Cut(VoidKind, "/")
+	name := cdi.GenerateSpecName(vendor, class) + ".yaml"
+	if err := cache.WriteSpec(VoidSpec(deviceVariables), name); err != nil {
+		return "", fmt.Errorf("writing the node enforcer's CDI spec into %s: %w", dir, err)
+	}
+	return filepath.Join(dir, name), nil
+}
+
+// CDINamer names, through the node's CDI specs, the devices that narrow a
+// container whose environment cannot be.
+type CDINamer interface {
+	// Qualify returns the CDI devices to inject: the enforcer's void
+	// device, then, for each device (its names, UUID first), kind=name for
+	// the first name a spec of the node defines. An error says which is not
+	// defined.
+	Qualify(devices [][]string) ([]string, error)
+}
+
+// SpecDirs reads the CDI specs in a node's spec directories, as the runtime
+// does, each time it is asked: the path that needs it is rare (a variable
+// set twice), and a fresh read sees specs written since.
+type SpecDirs struct {
+	dirs  []string
+	cache *cdi.Cache
+	// kinds are tried in order: the toolkit's, then the agent's own.
+	kinds []string
+}
+
+// NewSpecDirs reads the specs of kinds in dirs.
+func NewSpecDirs(dirs, kinds []string) (*SpecDirs, error) {
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
+	if err != nil {
+		return nil, err
+	}
+	return &SpecDirs{dirs: dirs, cache: cache, kinds: kinds}, nil
+}
+
+// Qualify implements CDINamer.
+func (s *SpecDirs) Qualify(devices [][]string) ([]string, error) {
+	// A spec that fails to parse does not hide the others, as in the
+	// runtime; a name it should have defined is then simply not found.
+	_ = s.cache.Refresh()
+	if s.cache.GetDevice(VoidDevice) == nil {
+		return nil, fmt.Errorf("the node enforcer's CDI device %s is not in %s", VoidDevice, strings.Join(s.dirs, ", "))
+	}
+	out := []string{VoidDevice}
+	for _, names := range devices {
+		q := s.qualified(names)
+		if q == "" {
+			return nil, fmt.Errorf("no CDI spec in %s names device %s as %s; generate the toolkit's with nvidia-ctk cdi generate",
+				strings.Join(s.dirs, ", "), strings.Join(names, " or "), strings.Join(s.kinds, " or "))
+		}
+		out = append(out, q)
+	}
+	return out, nil
+}
+
+func (s *SpecDirs) qualified(names []string) string {
+	for _, kind := range s.kinds {
+		for _, n := range names {
+			if s.cache.GetDevice(kind+"="+n) != nil {
+				return kind + "=" + n
+			}
+		}
+	}
+	return ""
+}
