@@ -133,7 +133,7 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 	defer cancel()
 	key := verifier.ContainerKey{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName()}
 	log := p.Log.WithValues("container", key.String())
-	allocations, err := p.Allocations.Allocations(ctx)
+	allocations, err := p.allocations(ctx, pod)
 	if err != nil {
 		// Fail closed: without the allocation nothing says what the
 		// container may have; the kubelet retries the creation.
@@ -168,6 +168,15 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 	go p.event(context.WithoutCancel(ctx), pod, ctr, corev1.EventTypeNormal, wellknown.ReasonContainerAdjusted,
 		"gpuguard made the container grant only its allocation: "+strings.Join(d.Changes, "; "))
 	return "adjusted", adjustment(d), nil
+}
+
+// allocations reads the kubelet's allocations to the pod: with one Get
+// where the source can, else a List of every pod's.
+func (p *Plugin) allocations(ctx context.Context, pod *api.PodSandbox) (verifier.Allocations, error) {
+	if one, ok := p.Allocations.(verifier.PodAllocationSource); ok {
+		return one.PodAllocations(ctx, pod.GetNamespace(), pod.GetName())
+	}
+	return p.Allocations.Allocations(ctx)
 }
 
 // containerOf is what Decide reads of an NRI container.

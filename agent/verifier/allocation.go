@@ -6,10 +6,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpuguard/gpuguard/agent/discovery"
@@ -39,6 +42,8 @@ type AllocationSource interface {
 type PodResources struct {
 	client podresourcesapi.PodResourcesListerClient
 	conn   *grpc.ClientConn
+	// getUnsupported: the kubelet refused Get once; list from then on.
+	getUnsupported atomic.Bool
 }
 
 // DialPodResources connects to the kubelet's PodResources socket. The
@@ -65,25 +70,75 @@ func (p *PodResources) Allocations(ctx context.Context) (Allocations, error) {
 	}
 	out := Allocations{}
 	for _, pod := range resp.GetPodResources() {
-		for _, c := range pod.GetContainers() {
-			byResource := map[string][]string{}
-			for _, d := range c.GetDevices() {
-				byResource[d.GetResourceName()] = append(byResource[d.GetResourceName()], d.GetDeviceIds()...)
-			}
-			for _, dr := range c.GetDynamicResources() {
-				for _, res := range dr.GetClaimResources() {
-					// Only NVIDIA's DRA drivers name GPUs.
-					if !strings.HasSuffix(res.GetDriverName(), "nvidia.com") {
-						continue
-					}
-					name := "dra:" + res.GetDriverName()
-					byResource[name] = append(byResource[name], res.GetDeviceName())
-				}
-			}
-			out[ContainerKey{pod.GetNamespace(), pod.GetName(), c.GetName()}] = byResource
-		}
+		addPod(out, pod)
 	}
 	return out, nil
+}
+
+// PodAllocationSource reads one pod's allocations, cheaper than listing
+// every pod's where the kubelet can.
+type PodAllocationSource interface {
+	PodAllocations(ctx context.Context, namespace, pod string) (Allocations, error)
+}
+
+// PodAllocations reads one pod's devices with the PodResources Get method
+// (on by default from Kubernetes 1.34, GA in 1.36), which costs the kubelet
+// one pod rather than all. Where the kubelet refuses Get (older, or the
+// feature gate off) it lists, and keeps listing from then on.
+func (p *PodResources) PodAllocations(ctx context.Context, namespace, pod string) (Allocations, error) {
+	if !p.getUnsupported.Load() {
+		resp, err := p.client.Get(ctx, &podresourcesapi.GetPodResourcesRequest{PodNamespace: namespace, PodName: pod})
+		if err == nil {
+			out := Allocations{}
+			addPod(out, resp.GetPodResources())
+			return out, nil
+		}
+		if podUnknown(err) {
+			// Not the kubelet's pod (another CRI client's): nothing
+			// allocated to it, as a List would have said.
+			return Allocations{}, nil
+		}
+		if !getUnsupported(err) {
+			return nil, fmt.Errorf("reading the kubelet's resources of pod %s/%s: %w", namespace, pod, err)
+		}
+		p.getUnsupported.Store(true)
+	}
+	return p.Allocations(ctx)
+}
+
+// getUnsupported: the kubelet has no Get (Unimplemented), or has it off
+// ("PodResources API Get method disabled", an Unknown error).
+func getUnsupported(err error) bool {
+	st, _ := status.FromError(err)
+	return st.Code() == codes.Unimplemented || strings.Contains(st.Message(), "Get method disabled")
+}
+
+// podUnknown: the kubelet has no such pod ("pod X in namespace Y not
+// found", an Unknown error; NotFound from a kubelet that codes it).
+func podUnknown(err error) bool {
+	st, _ := status.FromError(err)
+	return st.Code() == codes.NotFound || strings.HasSuffix(st.Message(), " not found")
+}
+
+// addPod adds a pod's containers' devices to out.
+func addPod(out Allocations, pod *podresourcesapi.PodResources) {
+	for _, c := range pod.GetContainers() {
+		byResource := map[string][]string{}
+		for _, d := range c.GetDevices() {
+			byResource[d.GetResourceName()] = append(byResource[d.GetResourceName()], d.GetDeviceIds()...)
+		}
+		for _, dr := range c.GetDynamicResources() {
+			for _, res := range dr.GetClaimResources() {
+				// Only NVIDIA's DRA drivers name GPUs.
+				if !strings.HasSuffix(res.GetDriverName(), "nvidia.com") {
+					continue
+				}
+				name := "dra:" + res.GetDriverName()
+				byResource[name] = append(byResource[name], res.GetDeviceName())
+			}
+		}
+		out[ContainerKey{pod.GetNamespace(), pod.GetName(), c.GetName()}] = byResource
+	}
 }
 
 // GPUResolver turns the device IDs of an allocation into the UUIDs of the

@@ -2,9 +2,13 @@ package verifier
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -16,10 +20,93 @@ import (
 type kubeletPodResources struct {
 	podresourcesapi.UnimplementedPodResourcesListerServer
 	resp *podresourcesapi.ListPodResourcesResponse
+	// getDisabled answers Get as a kubelet with the feature gate off does.
+	getDisabled bool
+	// getFails answers Get with an unexpected error.
+	getFails    bool
+	lists, gets atomic.Int32
 }
 
 func (k *kubeletPodResources) List(context.Context, *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
+	k.lists.Add(1)
 	return k.resp, nil
+}
+
+func (k *kubeletPodResources) Get(_ context.Context, req *podresourcesapi.GetPodResourcesRequest) (*podresourcesapi.GetPodResourcesResponse, error) {
+	k.gets.Add(1)
+	if k.getDisabled {
+		return nil, errors.New("PodResources API Get method disabled")
+	}
+	if k.getFails {
+		return nil, errors.New("the kubelet is busy")
+	}
+	for _, p := range k.resp.GetPodResources() {
+		if p.GetNamespace() == req.GetPodNamespace() && p.GetName() == req.GetPodName() {
+			return &podresourcesapi.GetPodResourcesResponse{PodResources: p}, nil
+		}
+	}
+	return nil, fmt.Errorf("pod %s in namespace %s not found", req.GetPodName(), req.GetPodNamespace())
+}
+
+// serveKubelet serves k on a unix socket and dials it.
+func serveKubelet(t *testing.T, k *kubeletPodResources) *PodResources {
+	t.Helper()
+	socket := filepath.Join(t.TempDir(), "kubelet.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	podresourcesapi.RegisterPodResourcesListerServer(srv, k)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	pr, err := DialPodResources(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pr.Close() })
+	return pr
+}
+
+// TestPodAllocationsByGet: one pod's allocations come from Get, not a List
+// of every pod; a kubelet that has Get off is listed, and not asked again;
+// a pod the kubelet does not know (another CRI client's) has nothing
+// allocated, as in a List; any other error is an error.
+func TestPodAllocationsByGet(t *testing.T) {
+	resp := &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
+		{Name: "train", Namespace: "team-a", Containers: []*podresourcesapi.ContainerResources{
+			{Name: "main", Devices: []*podresourcesapi.ContainerDevices{{ResourceName: "nvidia.com/gpu", DeviceIds: []string{"GPU-1"}}}}}},
+		{Name: "other", Namespace: "team-b", Containers: []*podresourcesapi.ContainerResources{{Name: "main"}}},
+	}}
+	ctx := context.Background()
+	for _, disabled := range []bool{false, true} {
+		k := &kubeletPodResources{resp: resp, getDisabled: disabled}
+		pr := serveKubelet(t, k)
+		for range 2 {
+			got, err := pr.PodAllocations(ctx, "team-a", "train")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ids := got[ContainerKey{"team-a", "train", "main"}]["nvidia.com/gpu"]; !slices.Equal(ids, []string{"GPU-1"}) {
+				t.Errorf("Get disabled %v: allocation %v", disabled, got)
+			}
+		}
+		wantGets, wantLists := int32(2), int32(0)
+		if disabled {
+			wantGets, wantLists = 1, 2
+		}
+		if k.gets.Load() != wantGets || k.lists.Load() != wantLists {
+			t.Errorf("Get disabled %v: %d Gets and %d Lists, want %d and %d", disabled, k.gets.Load(), k.lists.Load(), wantGets, wantLists)
+		}
+	}
+	pr := serveKubelet(t, &kubeletPodResources{resp: resp})
+	if got, err := pr.PodAllocations(ctx, "team-a", "ghost"); err != nil || len(got) != 0 {
+		t.Errorf("an unknown pod: %v, %v; want nothing allocated", got, err)
+	}
+	pr = serveKubelet(t, &kubeletPodResources{resp: resp, getFails: true})
+	if _, err := pr.PodAllocations(ctx, "team-a", "train"); err == nil || !strings.Contains(err.Error(), "team-a/train") {
+		t.Errorf("a failing Get: err = %v, want one naming the pod", err)
+	}
 }
 
 func TestPodResourcesOverTheKubeletSocket(t *testing.T) {
