@@ -43,6 +43,10 @@ const (
 	// webhookGPUGuardFiltered: gpuguard's webhooks with the pre-filter on the
 	// pod webhooks, as the chart's webhook keeps it.
 	webhookGPUGuardFiltered
+	// webhookGPUGuardFilteredNoInjection: the same with the pre-filter of
+	// the policy without injection, as the webhook keeps it while every GPU
+	// node is covered (node enforcers or the hardened mark).
+	webhookGPUGuardFilteredNoInjection
 	// webhookIdle: gpuguard's webhook configurations with a condition on the
 	// pod webhooks that only the arrangement's probe meets: what their mere
 	// presence costs a pod (for each webhook plugin the API server converts
@@ -97,6 +101,7 @@ func benchArms() []benchArm {
 		{name: "default", webhook: webhookGPUGuardFiltered, cel: celFull},
 		{name: "default-unfiltered", webhook: webhookGPUGuard, cel: celFull},
 		{name: "hardened", cel: celHardened},
+		{name: "node-enforced", webhook: webhookGPUGuardFilteredNoInjection, cel: celHardened},
 	}
 }
 
@@ -123,7 +128,9 @@ type benchBackends struct {
 	hardened    *cel.Policies // gpuguard's, from a policy without injection
 	applyMAP    *cel.Policies // gpuguard's, injecting by ApplyConfiguration
 	filtered    *framework.WebhookConfigurations
-	idle        *framework.WebhookConfigurations
+	// covered: the webhooks as they are while every GPU node is covered.
+	covered *framework.WebhookConfigurations
+	idle    *framework.WebhookConfigurations
 }
 
 func newBenchBackends(b *testing.B) *benchBackends {
@@ -139,7 +146,8 @@ func newBenchBackends(b *testing.B) *benchBackends {
 		b.Fatal(err)
 	}
 	return &benchBackends{noop: startReferenceWebhook(b, false), patch: startReferenceWebhook(b, true),
-		full: full, hardened: hardened, minimal: minimalPolicies(full), applyMAP: applyConfigurationPolicies(full), filtered: filteredConfigs(b), idle: conditionedConfigs(idleCondition)}
+		full: full, hardened: hardened, minimal: minimalPolicies(full), applyMAP: applyConfigurationPolicies(full),
+		filtered: filteredConfigs(b, config.Default()), covered: filteredConfigs(b, noInjection), idle: conditionedConfigs(idleCondition)}
 }
 
 // renamedCopy is a copy of the policies and bindings under another name.
@@ -280,13 +288,15 @@ func (bb *benchBackends) installWebhooks(ctx context.Context, k webhookKind) err
 		install = s.Configs.InstallMutating
 	case webhookGPUGuardFiltered:
 		install = bb.filtered.Install
+	case webhookGPUGuardFilteredNoInjection:
+		install = bb.covered.Install
 	case webhookIdle:
 		install = bb.idle.Install
 	}
 	if err := install(ctx, s.cp.Client); err != nil {
 		return err
 	}
-	if k == webhookGPUGuardFiltered || k == webhookIdle {
+	if k == webhookGPUGuardFiltered || k == webhookGPUGuardFilteredNoInjection || k == webhookIdle {
 		// Ordinary pods no longer reach the webhooks: wait for the
 		// webhook's own denial of a violating one (by an annotation, which
 		// the minimal MAP's patch of env leaves in place).
@@ -301,9 +311,9 @@ func (bb *benchBackends) installWebhooks(ctx context.Context, k webhookKind) err
 }
 
 // filteredConfigs are the suite's webhook configurations with the
-// pre-filter of the default policy on the pod webhooks.
-func filteredConfigs(tb testing.TB) *framework.WebhookConfigurations {
-	expr, err := cel.Prefilter(config.Default())
+// pre-filter of policy p on the pod webhooks.
+func filteredConfigs(tb testing.TB, p *config.Policy) *framework.WebhookConfigurations {
+	expr, err := cel.Prefilter(p)
 	if err != nil {
 		tb.Fatal(err)
 	}

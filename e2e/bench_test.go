@@ -40,7 +40,11 @@ import (
 //     backstop has injected their void; default-unfiltered: the same
 //     without the pre-filter on the webhooks;
 //   - hardened: the VAP of a policy without injection, for clusters whose
-//     nodes refuse environment device requests.
+//     nodes refuse environment device requests;
+//   - node-enforced: what admission is while every GPU node is covered
+//     (each runs the node enforcer, or carries the hardened mark), with
+//     injectVoid auto: that VAP, and the webhooks behind the pre-filter of
+//     the policy without injection.
 //
 // Each arm's p50 and p99 are reported, and its p50 as a ratio to without's
 // (p50-ratio-ARM). BenchmarkPodCreateConcurrent measures throughput.
@@ -98,7 +102,7 @@ func BenchmarkPodCreateConcurrent(b *testing.B) {
 	defer bench.restore(b)
 	elapsed := map[string]time.Duration{}
 	arms := armsNamed(b, "without", "min-map", "min-map+min-vap", "min-map+min-vap+idle-webhooks", "patch-webhook",
-		"cel", "inject-webhook+cel-vap", "default", "hardened")
+		"cel", "inject-webhook+cel-vap", "default", "hardened", "node-enforced")
 	for round := range rounds {
 		for _, a := range arms {
 			if err := bench.arrange(ctx, a); err != nil {

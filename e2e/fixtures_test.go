@@ -159,7 +159,7 @@ func TestThreatModelFixturesDefaultInstall(t *testing.T) {
 	if err := installPolicies(ctx, backstop, backstop); err != nil {
 		t.Fatal(err)
 	}
-	if err := filteredConfigs(t).Install(ctx, s.cp.Client); err != nil {
+	if err := filteredConfigs(t, config.Default()).Install(ctx, s.cp.Client); err != nil {
 		t.Fatal(err)
 	}
 	pods := s.cp.Client.CoreV1().Pods(enforceNS)

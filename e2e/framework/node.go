@@ -29,6 +29,8 @@ type Node struct {
 	Name string
 	Root string
 	GPUs []FakeGPU
+	// MIGs are the MIG devices of the agent's backend in profiles with MIG.
+	MIGs []FakeMIG
 
 	cp       *ControlPlane
 	repoRoot string
@@ -147,7 +149,10 @@ func (n *Node) start(ctx context.Context) error {
 	if n.GPUs, err = MakeFakeGPUs(filepath.Join(n.Root, "dev"), gpus); err != nil {
 		return err
 	}
-	if err := WriteCDISpec(n.cdiDir(), filepath.Join(n.Root, "dev"), n.GPUs); err != nil {
+	if n.MIGs, err = MockMIGs(ctx, n.agentBinary, n.Name, n.DevicePluginDir(), n.GPUs); err != nil {
+		return err
+	}
+	if err := WriteCDISpec(n.cdiDir(), filepath.Join(n.Root, "dev"), n.GPUs, n.MIGs); err != nil {
 		return err
 	}
 	images, err := BuildImages(n.repoRoot, n.Root)

@@ -23,7 +23,11 @@ func (n *Node) startAgent(p NodeProfile) error {
 	if p.OwnCDISpec {
 		cdi = []string{"--cdi-spec", "own", "--cdi-spec-dir", n.cdiDir(), "--cdi-dev-root", n.Root}
 	}
-	args := append([]string{"--backend", "mock:" + MockSystem, "--node-name", n.Name, "--device-plugin", "on",
+	backend := "mock:" + MockSystem
+	if p.MIG {
+		backend = MockMIGBackend
+	}
+	args := append([]string{"--backend", backend, "--node-name", n.Name, "--device-plugin", "on",
 		"--device-plugin-dir", n.DevicePluginDir(), "--device-list-strategy", p.Strategy,
 		"--toolkit-config", n.toolkitConfigPath(), "--containerd-config", n.containerdConfigPath(),
 		"--toolkit-version", n.toolkitVersion,

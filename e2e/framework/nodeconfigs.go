@@ -37,6 +37,9 @@ type NodeProfile struct {
 	// RequireEnforcer has containerd's NRI default validator require the
 	// enforcer: containers are refused while it is not connected.
 	RequireEnforcer bool
+	// MIG runs the agent on the MIG backend (GPUs 0 and 1 split into MIG
+	// devices, served per profile: nvidia.com/mig-1g.5gb and others).
+	MIG bool
 }
 
 // String names the profile in logs and tables.
@@ -54,6 +57,9 @@ func (p NodeProfile) String() string {
 	}
 	if p.SharedReplicas > 1 {
 		s += fmt.Sprintf(", %d time-sliced shares per GPU", p.SharedReplicas)
+	}
+	if p.MIG {
+		s += ", MIG on GPUs 0 and 1"
 	}
 	if p.Enforce {
 		s += ", node enforcer"

@@ -16,8 +16,12 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 )
 
-// MockSystem is the agent's mock backend the node runs (8 GPUs).
-const MockSystem = "dgxa100"
+// MockSystem is the agent's mock backend the node runs (8 GPUs), and
+// MockMIGBackend the same with MIG on GPUs 0 and 1, for NodeProfile.MIG.
+const (
+	MockSystem     = "dgxa100"
+	MockMIGBackend = "mock:" + MockSystem + ":mig"
+)
 
 // CDIKind is the kind of the harness's CDI spec: the toolkit's default kind,
 // the one `nvidia-ctk cdi generate` writes and the runtime qualifies bare
@@ -35,6 +39,14 @@ type FakeGPU struct {
 	Container string
 }
 
+// FakeMIG is a MIG device of one of the node's GPUs, on the MIG backend:
+// containers see its parent's device node.
+type FakeMIG struct {
+	// ID is its nvidia-smi index, "<gpu>:<mig>".
+	ID, UUID string
+	Parent   FakeGPU
+}
+
 // mockGPU is a GPU as the agent's mock backend reports it.
 type mockGPU struct {
 	Index int    `json:"index"`
@@ -42,43 +54,88 @@ type mockGPU struct {
 	Minor int    `json:"minor"`
 }
 
+// mockMIG is a MIG device as the agent's mock backend reports it.
+type mockMIG struct {
+	Index string `json:"index"`
+	UUID  string `json:"uuid"`
+}
+
 // MockGPUs asks the agent which GPUs its mock backend has on node: it runs
 // it once without its device plugin and reads the per-GPU log lines (-v 1).
 // The agent's discovery is not imported: NVML's cgo bindings would tie the
 // test binary to symbols only the driver's library has.
 func MockGPUs(ctx context.Context, agent, node, scratch string) ([]mockGPU, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, agent, "--backend", "mock:"+MockSystem, "--node-name", node,
-		"--device-plugin", "off", "--device-plugin-dir", scratch, "--metrics-addr", "", "--log-level", "debug")
-	out, err := cmd.StdoutPipe()
+	gpus, _, err := mockDevices(ctx, agent, "mock:"+MockSystem, node, scratch)
+	return gpus, err
+}
+
+// MockMIGs are the MIG devices of the MIG backend on node, each with its
+// parent among gpus.
+func MockMIGs(ctx context.Context, agent, node, scratch string, gpus []FakeGPU) ([]FakeMIG, error) {
+	_, migs, err := mockDevices(ctx, agent, MockMIGBackend, node, scratch)
 	if err != nil {
 		return nil, err
 	}
+	var out []FakeMIG
+	for _, m := range migs {
+		parent, _, _ := strings.Cut(m.Index, ":")
+		i, err := strconv.Atoi(parent)
+		if err != nil || i >= len(gpus) {
+			return nil, fmt.Errorf("MIG device %s: no parent GPU %q among %d", m.UUID, parent, len(gpus))
+		}
+		out = append(out, FakeMIG{ID: m.Index, UUID: m.UUID, Parent: gpus[i]})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("the agent's %s backend reported no MIG devices", MockMIGBackend)
+	}
+	return out, nil
+}
+
+func mockDevices(ctx context.Context, agent, backend, node, scratch string) ([]mockGPU, []mockMIG, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, agent, "--backend", backend, "--node-name", node,
+		"--device-plugin", "off", "--device-plugin-dir", scratch, "--metrics-addr", "", "--log-level", "debug")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Killed once the GPUs are read: it would keep reporting.
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	var gpus []mockGPU
+	var migs []mockMIG
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		var line struct {
 			Msg string `json:"msg"`
-			mockGPU
 		}
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "GPU" {
-			gpus = append(gpus, line.mockGPU)
+		if json.Unmarshal(sc.Bytes(), &line) != nil {
+			continue
+		}
+		switch line.Msg {
+		case "GPU":
+			var g mockGPU
+			if json.Unmarshal(sc.Bytes(), &g) == nil {
+				gpus = append(gpus, g)
+			}
+		case "MIG device":
+			var m mockMIG
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				migs = append(migs, m)
+			}
 		}
 		if strings.Contains(sc.Text(), "node hardening report") {
 			break
 		}
 	}
 	if len(gpus) == 0 {
-		return nil, fmt.Errorf("the agent reported no mock GPUs (%v)", sc.Err())
+		return nil, nil, fmt.Errorf("the agent reported no mock GPUs (%v)", sc.Err())
 	}
-	return gpus, nil
+	return gpus, migs, nil
 }
 
 // controlNodes are the driver's node-wide devices, which a real CDI spec
@@ -136,10 +193,11 @@ func MknodAllowed(dir string) error {
 }
 
 // WriteCDISpec writes the toolkit-style spec for the fake GPUs into dir:
-// each GPU by index and by UUID, "all", and common edits with the control
-// nodes and NVIDIA_VISIBLE_DEVICES=void (as nvidia-ctk writes it), so a
-// container that gets devices through CDI is not given more by the runtime.
-func WriteCDISpec(dir, devDir string, gpus []FakeGPU) error {
+// each GPU and MIG device by index and by UUID (a MIG device with its
+// parent's node), "all", and common edits with the control nodes and
+// NVIDIA_VISIBLE_DEVICES=void (as nvidia-ctk writes it), so a container
+// that gets devices through CDI is not given more by the runtime.
+func WriteCDISpec(dir, devDir string, gpus []FakeGPU, migs []FakeMIG) error {
 	node := func(container, host string) *specs.DeviceNode {
 		return &specs.DeviceNode{Path: container, HostPath: host}
 	}
@@ -155,6 +213,10 @@ func WriteCDISpec(dir, devDir string, gpus []FakeGPU) error {
 		spec.Devices = append(spec.Devices,
 			specs.Device{Name: strconv.Itoa(g.Index), ContainerEdits: edits},
 			specs.Device{Name: g.UUID, ContainerEdits: edits})
+	}
+	for _, m := range migs {
+		edits := specs.ContainerEdits{DeviceNodes: []*specs.DeviceNode{node(m.Parent.Container, m.Parent.Node)}}
+		spec.Devices = append(spec.Devices, specs.Device{Name: m.ID, ContainerEdits: edits}, specs.Device{Name: m.UUID, ContainerEdits: edits})
 	}
 	spec.Devices = append(spec.Devices, specs.Device{Name: "all", ContainerEdits: all})
 	data, err := json.MarshalIndent(spec, "", "  ")

@@ -74,8 +74,21 @@ func (n *Node) waitAllocatable(ctx context.Context, since time.Time) error {
 		}
 		resource, perGPU := n.profile.servedResource()
 		gpus := node.Status.Allocatable[corev1.ResourceName(resource)]
-		return gpus.Value() == int64(len(n.GPUs)*perGPU) && reportedAfter(node, since), nil
+		return gpus.Value() == int64(n.wholeGPUs()*perGPU) && reportedAfter(node, since), nil
 	})
+}
+
+// wholeGPUs is how many GPUs the profile serves whole: those not split
+// into MIG devices.
+func (n *Node) wholeGPUs() int {
+	if !n.profile.MIG {
+		return len(n.GPUs)
+	}
+	parents := map[int]bool{}
+	for _, m := range n.MIGs {
+		parents[m.Parent.Index] = true
+	}
+	return len(n.GPUs) - len(parents)
 }
 
 func reportedAfter(node *corev1.Node, since time.Time) bool {

@@ -195,13 +195,19 @@ func (n *Node) AllocatedDevices(podUID, container, resource string) ([]string, e
 }
 
 // GPUByID finds a fake GPU by the ID the kubelet allocated: its UUID or
-// index, or a time-sliced share of it ("<UUID>::<n>").
+// index, a time-sliced share of it ("<UUID>::<n>"), or one of its MIG
+// devices.
 
 func (n *Node) GPUByID(id string) (FakeGPU, bool) {
 	id, _, _ = strings.Cut(id, "::")
 	for _, g := range n.GPUs {
 		if g.UUID == id || fmt.Sprint(g.Index) == id {
 			return g, true
+		}
+	}
+	for _, m := range n.MIGs {
+		if m.UUID == id || m.ID == id {
+			return m.Parent, true
 		}
 	}
 	return FakeGPU{}, false

@@ -97,6 +97,45 @@ func testEnforcedCDIAnnotation(t *testing.T) {
 	expectAllocatedOnly(t, report, pod)
 }
 
+// testEnforcedDeviceListMount: on a node whose runtime reads device lists
+// from /dev/null mounts, a one-GPU pod that mounts one for every GPU sees
+// its own only: the enforcer removes the mount the kubelet did not make.
+func testEnforcedDeviceListMount(t *testing.T) {
+	logEnforcerOnFailure(t)
+	report, pod := probe(t, tenantNS, withDeviceListMount(gpuPod("enforced-mount"), "all"))
+	expectAllocatedOnly(t, report, pod)
+	expectEvent(t, pod, wellknown.ReasonContainerAdjusted, "removed device-list mount")
+}
+
+// testEnforcedTimeSliced: shares keep exactly their GPUs with the enforcer
+// on (it resolves a share "<uuid>::<n>" to its GPU), and a one-share pod
+// forging a device-list mount for every GPU still sees its share's GPU.
+func testEnforcedTimeSliced(t *testing.T) {
+	logEnforcerOnFailure(t)
+	testTimeSlicedShares(t)
+	report, p := probe(t, tenantNS, withDeviceListMount(sharePod("enforced-share-mount", 1), "all"))
+	expectGPUs(t, report, sharedGPUs(t, p))
+}
+
+// migResource is a MIG profile the MIG backend serves: GPU 0 carries four
+// 1-slice instances of its A100-40GB.
+const migResource = "nvidia.com/mig-1g.5gb"
+
+// testEnforcedMIG: a MIG device keeps exactly itself, its parent GPU's
+// node and no other GPU's, with its pod's env asking for every GPU or not.
+// The enforcer names it by its own UUID, never its parent's.
+func testEnforcedMIG(t *testing.T) {
+	logEnforcerOnFailure(t)
+	report, pod := probe(t, tenantNS, limitPod("enforced-mig", migResource))
+	g := expectAllocatedOnlyOf(t, report, pod, migResource)
+	if g.Index != 0 {
+		t.Errorf("a %s device on GPU %d, want GPU 0's", migResource, g.Index)
+	}
+	report, pod = probe(t, tenantNS, withEnv(limitPod("enforced-mig-env-all", migResource), "NVIDIA_VISIBLE_DEVICES", "all"))
+	expectAllocatedOnlyOf(t, report, pod, migResource)
+	expectEvent(t, pod, wellknown.ReasonContainerAdjusted, "=MIG-")
+}
+
 // testEnforcedUnhonoured: a pod bound to the node asking for a GPU
 // resource the node does not advertise gets nothing allocated, so nothing.
 func testEnforcedUnhonoured(t *testing.T) {

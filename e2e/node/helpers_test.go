@@ -88,12 +88,19 @@ func expectGPUs(t *testing.T, got framework.ProbeReport, want []string) {
 // kubelet allocated to it, and returns that device.
 func expectAllocatedOnly(t *testing.T, report framework.ProbeReport, pod *corev1.Pod) framework.FakeGPU {
 	t.Helper()
-	ids, err := s.node.AllocatedDevices(string(pod.UID), pod.Spec.Containers[0].Name, gpuResource)
+	return expectAllocatedOnlyOf(t, report, pod, gpuResource)
+}
+
+// expectAllocatedOnlyOf: the pod's container saw exactly the GPU of the one
+// device of resource the kubelet allocated to it (a MIG device's parent).
+func expectAllocatedOnlyOf(t *testing.T, report framework.ProbeReport, pod *corev1.Pod, resource string) framework.FakeGPU {
+	t.Helper()
+	ids, err := s.node.AllocatedDevices(string(pod.UID), pod.Spec.Containers[0].Name, resource)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(ids) != 1 {
-		t.Fatalf("the kubelet allocated %v to %s, want one device", ids, pod.Name)
+		t.Fatalf("the kubelet allocated %v of %s to %s, want one device", ids, resource, pod.Name)
 	}
 	g, ok := s.node.GPUByID(ids[0])
 	if !ok {

@@ -39,6 +39,12 @@ var (
 	enforced            = framework.NodeProfile{Strategy: "envvar", Enforce: true}
 	enforcedPassthrough = framework.NodeProfile{Strategy: "envvar", Enforce: true, PodAnnotations: []string{"cdi.k8s.io/*"}}
 	enforcedRequired    = framework.NodeProfile{Strategy: "envvar", Enforce: true, RequireEnforcer: true}
+	// enforcedMount is a node whose runtime honours device-list mounts, and
+	// enforcedTimeSliced the same with time-sliced GPUs, with the enforcer.
+	enforcedMount      = framework.NodeProfile{Hardened: true, Strategy: "volume-mounts", Enforce: true}
+	enforcedTimeSliced = framework.NodeProfile{Hardened: true, Strategy: "volume-mounts", SharedReplicas: 2, Enforce: true}
+	// enforcedMIG is the typical node with MIG devices, with the enforcer.
+	enforcedMIG = framework.NodeProfile{Strategy: "envvar", MIG: true, Enforce: true}
 )
 
 const defaultPolicy = `apiVersion: gpuguard.io/v1alpha1
@@ -52,7 +58,7 @@ const cdiAllAnnotation, cdiAll = "cdi.k8s.io/probe", framework.CDIKind + "=all"
 // TestNode runs the scenarios in order: the node's configuration and
 // gpuguard's installation carry from one to the next.
 func TestNode(t *testing.T) {
-	t.Run("typical node with the node enforcer and no admission", func(t *testing.T) {
+	t.Run("node enforcer without admission", func(t *testing.T) {
 		apply(t, enforced)
 		t.Run("a CUDA-image pod without a GPU limit sees no GPU", testEnforcedNoGPU)
 		t.Run("a pod without a GPU limit asking for every GPU by env sees none", testEnforcedNoGPUEnvAll)
@@ -65,6 +71,12 @@ func TestNode(t *testing.T) {
 		t.Run("required by containerd, with the enforcer down a container is refused until it is back", testEnforcerRequired)
 		apply(t, enforcedPassthrough)
 		t.Run("a one-GPU pod asking for every GPU by CDI annotation sees its own", testEnforcedCDIAnnotation)
+		apply(t, enforcedMount)
+		t.Run("a one-GPU pod asking for every GPU by device-list mount sees its own", testEnforcedDeviceListMount)
+		apply(t, enforcedTimeSliced)
+		t.Run("time-slicing: pods sharing GPUs keep their shares' GPUs, a forged mount asks for more in vain", testEnforcedTimeSliced)
+		apply(t, enforcedMIG)
+		t.Run("MIG: a MIG device's pod keeps exactly its device, env asking for every GPU or not", testEnforcedMIG)
 	})
 	t.Run("typical node", func(t *testing.T) {
 		apply(t, typical)

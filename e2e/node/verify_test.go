@@ -38,11 +38,15 @@ func cdiLeak() *corev1.Pod {
 
 // mountLeak is a pod without a GPU limit that forges a volume-mount device
 // list entry for every GPU: /dev/null mounted under the device-list root.
-func mountLeak() *corev1.Pod {
-	p := probePod("verify-mount-leak")
+func mountLeak() *corev1.Pod { return withDeviceListMount(probePod("verify-mount-leak"), "all") }
+
+// withDeviceListMount adds to p's first container a /dev/null mount asking
+// the runtime for device.
+func withDeviceListMount(p *corev1.Pod, device string) *corev1.Pod {
 	charDev := corev1.HostPathCharDev
-	p.Spec.Volumes = []corev1.Volume{{Name: "all", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev/null", Type: &charDev}}}}
-	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "all", MountPath: "/var/run/nvidia-container-devices/all"}}
+	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "device-list", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev/null", Type: &charDev}}})
+	c := &p.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "device-list", MountPath: "/var/run/nvidia-container-devices/" + device})
 	return p
 }
 
