@@ -158,9 +158,12 @@ cluster: node-binaries
 demo-node: upstream node-binaries
 	$(GO) run ./e2e/node/demo
 
-# Pod create latency through a real API server with and without gpuguard.
-bench-e2e: upstream
+# Pod create latency through a real API server with and without gpuguard,
+# then container create latency at a real containerd with and without the
+# node enforcer (root; skips elsewhere).
+bench-e2e: upstream node-binaries
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run '^$$' -bench PodCreate ./e2e/
+	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run '^$$' -bench ContainerCreate ./e2e/node/
 
 # A local control plane with gpuguard installed; applies examples/ through it.
 # Shows what the API server did with each object.
