@@ -43,7 +43,7 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 	current.Store(rules)
 	ex := &verifier.Exemptions{Client: a.kube}
 	ex.Set(pol, a.cfg.VerifyExemptNamespaces)
-	p := &enforcer.Plugin{Rules: current, Allocations: allocations, Exemptions: ex,
+	p := &enforcer.Plugin{Rules: current, Allocations: allocations, Checkpoint: verifier.NewCheckpoint(a.cfg.DevicePluginDir), Exemptions: ex,
 		Client: a.kube, Node: a.cfg.NodeName, Log: a.log.WithName("enforce"),
 		Decisions: a.enforceDecisions, Latency: a.enforceLatency}
 	ns := a.cfg.EnforcerLeaseNamespace

@@ -61,8 +61,9 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 		ProcRoot: a.cfg.ProcRoot,
 		// NVML's process view: what each GPU has running, mapped to containers
 		// by cgroup.
-		Processes: verifier.NVMLProcesses{Lib: a.backend.Lib, GPUs: inv.GPUs},
-		Self:      verifier.ContainerKey{Namespace: os.Getenv("POD_NAMESPACE"), Pod: os.Getenv("POD_NAME")},
+		Processes:  verifier.NVMLProcesses{Lib: a.backend.Lib, GPUs: inv.GPUs},
+		Self:       verifier.ContainerKey{Namespace: os.Getenv("POD_NAMESPACE"), Pod: os.Getenv("POD_NAME")},
+		Checkpoint: verifier.NewCheckpoint(a.cfg.DevicePluginDir),
 	}
 	if a.kube != nil {
 		rep.Actions = verifier.Kube{Client: a.kube, Node: a.cfg.NodeName, Runtime: func() verifier.ContainerStopper {

@@ -103,6 +103,11 @@ func TestDecide(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := r.Decide(tc.c, tc.f)
+			// The plugin skips the kubelet for what nothing allocated
+			// leaves alone: an allocation must never change such a container.
+			if !r.Decide(tc.c, Facts{}).Changed() && d.Changed() {
+				t.Errorf("unchanged with nothing allocated, changed with %v: %v", tc.f, d.Changes)
+			}
 			if (d.Refuse != "") != tc.refuse {
 				t.Fatalf("refuse = %q, want %v", d.Refuse, tc.refuse)
 			}

@@ -219,6 +219,11 @@ func TestAStalledKubeletRefusesTheContainerNotThePlugin(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "cannot read the kubelet's GPU allocation") {
 		t.Fatalf("with the kubelet stalled: %v, want the container refused with the enforcer's reason", err)
 	}
+	// A container that grants nothing whatever was allocated is created
+	// without asking the kubelet.
+	if _, err := r.CreateContainer(context.Background(), createRequest("plain", "main", "PATH=/bin", "NVIDIA_VISIBLE_DEVICES=void")); err != nil {
+		t.Fatalf("a container that needs no allocation, with the kubelet stalled: %v", err)
+	}
 	kubelet.stalled.Store(false)
 	resp, err := r.CreateContainer(context.Background(), createRequest("after", "main", "NVIDIA_VISIBLE_DEVICES=all"))
 	if err != nil || envOf(resp.GetAdjust())["NVIDIA_VISIBLE_DEVICES"] != Void {

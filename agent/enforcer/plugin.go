@@ -38,6 +38,9 @@ type Plugin struct {
 	Rules *atomic.Pointer[Rules]
 	// Allocations reads the kubelet's allocations.
 	Allocations verifier.AllocationSource
+	// Checkpoint, when set, gives the devices of containers PodResources
+	// leaves out (init containers).
+	Checkpoint *verifier.Checkpoint
 	// Exemptions are the policy's, as the verifier applies them.
 	Exemptions *verifier.Exemptions
 	// Client records Events on pods whose containers were changed or
@@ -133,6 +136,15 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 	defer cancel()
 	key := verifier.ContainerKey{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName()}
 	log := p.Log.WithValues("container", key.String())
+	rules := p.Rules.Load()
+	spec := containerOf(ctr)
+	// A container the decision leaves alone even with nothing allocated
+	// grants nothing whatever was allocated (an allocation only widens what
+	// is covered), so it needs neither the kubelet nor the exemptions: most
+	// containers, whose images say nothing of GPUs, cost no read.
+	if !rules.Decide(spec, Facts{}).Changed() {
+		return "unchanged", nil, nil
+	}
 	allocations, err := p.allocations(ctx, pod)
 	if err != nil {
 		// Fail closed: without the allocation nothing says what the
@@ -142,10 +154,16 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 		// timing out, and close it.
 		return "error", nil, fmt.Errorf("gpuguard: cannot read the kubelet's GPU allocation for %s: %s", key, err.Error())
 	}
-	rules := p.Rules.Load()
 	c := verifier.Container{ID: ctr.GetId(), Key: key, PodUID: pod.GetUid()}
 	facts := Facts{Exempt: p.Exemptions.Of(ctx, c), KAIFraction: p.Exemptions.KAIFraction(ctx, c) > 0}
-	for resource, ids := range allocations[key] {
+	allocated, ok := allocations[key]
+	if !ok && p.Checkpoint != nil {
+		if allocated, _, err = p.Checkpoint.Container(pod.GetUid(), ctr.GetName()); err != nil {
+			log.Error(err, "refused: the kubelet's allocation cannot be read")
+			return "error", nil, fmt.Errorf("gpuguard: cannot read the kubelet's GPU allocation for %s: %s", key, err.Error())
+		}
+	}
+	for resource, ids := range allocated {
 		if strings.HasPrefix(resource, "dra:") || rules.policy.IsGPUResource(resource) {
 			facts.Allocated = append(facts.Allocated, ids...)
 		}
@@ -154,7 +172,7 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 		log.V(1).Info("exempt", "exemption", facts.Exempt)
 		return "exempt", nil, nil
 	}
-	d := rules.Decide(containerOf(ctr), facts)
+	d := rules.Decide(spec, facts)
 	switch {
 	case d.Refuse != "":
 		log.Info("refused", "reason", d.Refuse)

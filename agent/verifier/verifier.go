@@ -84,6 +84,9 @@ type Verifier struct {
 	// Processes, when set, adds NVML's view: a container whose process runs
 	// on a GPU it was not allocated is a finding too (seen by "nvml-process").
 	Processes ProcessSource
+	// Checkpoint, when set, gives the devices of containers PodResources
+	// leaves out (init containers).
+	Checkpoint *Checkpoint
 }
 
 // Check looks at every running container once.
@@ -125,8 +128,20 @@ func (v *Verifier) Check(ctx context.Context) (Pass, error) {
 	if v.Processes != nil {
 		p.ProcessesErr = v.addProcesses(containers, reached)
 	}
+	var checkpoint map[string]PodDevices
 	for _, c := range containers {
-		p.Findings = append(p.Findings, v.judge(ctx, c, reached[c.ID], allocs[c.Key])...)
+		alloc, ok := allocs[c.Key]
+		if !ok && v.Checkpoint != nil && len(reached[c.ID]) > 0 {
+			// Not in PodResources: an init container, whose devices only
+			// the kubelet's checkpoint records (read once a pass).
+			if checkpoint == nil {
+				if checkpoint, err = v.Checkpoint.Pods(); err != nil {
+					return Pass{}, err
+				}
+			}
+			alloc = checkpoint[c.PodUID][c.Key.Container]
+		}
+		p.Findings = append(p.Findings, v.judge(ctx, c, reached[c.ID], alloc)...)
 	}
 	return p, nil
 }

@@ -408,3 +408,39 @@ func TestUnknownIDSchemesAreReportOnly(t *testing.T) {
 		t.Errorf("events %v, want one for each container: a report-only finding is still reported", acts.events)
 	}
 }
+
+// TestInitContainersJudgedByTheCheckpoint: an init container, which
+// PodResources leaves out, is judged by what the kubelet's checkpoint
+// records for it: its own GPU is no finding, a neighbour's is.
+func TestInitContainersJudgedByTheCheckpoint(t *testing.T) {
+	n := newNode(t)
+	inv := testInventory()
+	dir := t.TempDir()
+	cp := `{"Data":{"PodDeviceEntries":[{"PodUID":"uid-train","ContainerName":"warm-up","ResourceName":"nvidia.com/gpu","DeviceIDs":{"0":["GPU-1"]}}]},"Checksum":1}`
+	if err := os.WriteFile(filepath.Join(dir, CheckpointFile), []byte(cp), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	warmUp := Container{ID: "init", Key: key("team-a", "train", "warm-up"), PodUID: "uid-train", PID: n.container(map[string]int{"nvidia1": 1, "nvidia2": 2})}
+	for _, tc := range []struct {
+		name       string
+		checkpoint *Checkpoint
+		want       []string
+	}{
+		{"with the checkpoint, the neighbour's GPU only", NewCheckpoint(dir), []string{"GPU-2"}},
+		{"without, its own GPU too", nil, []string{"GPU-1", "GPU-2"}},
+	} {
+		v := &Verifier{Containers: fakeContainers{warmUp}, Allocations: fakeAllocations{}, Table: NewDeviceTable(inv), Resolver: NewGPUResolver(inv),
+			IsGPUResource: config.Default().Spec.IsGPUResource, ProcRoot: n.procRoot, Checkpoint: tc.checkpoint}
+		p, err := v.Check(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, f := range p.Findings {
+			got = append(got, f.GPU.UUID)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: findings %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

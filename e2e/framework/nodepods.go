@@ -90,8 +90,8 @@ func (n *Node) RunProbe(ctx context.Context, ns string, pod *corev1.Pod) (ProbeR
 	return report, done, nil
 }
 
-// RunProbeContainer creates the pod, waits until its container named
-// container has ended (the pod's other containers may hold) and returns
+// RunProbeContainer creates the pod, waits until its container (or init
+// container) named container has ended (the pod's other containers may hold) and returns
 // what that container saw, with the pod as it was then.
 func (n *Node) RunProbeContainer(ctx context.Context, ns string, pod *corev1.Pod, container string) (ProbeReport, *corev1.Pod, error) {
 	pods := n.cp.Client.CoreV1().Pods(ns)
@@ -107,7 +107,7 @@ func (n *Node) RunProbeContainer(ctx context.Context, ns string, pod *corev1.Pod
 			return false, nil
 		}
 		done = p
-		for _, cs := range p.Status.ContainerStatuses {
+		for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
 			if cs.Name == container && cs.State.Terminated != nil {
 				ended = cs.State.Terminated
 			}

@@ -62,14 +62,18 @@ func (d *daemon) stop(grace time.Duration) error {
 		return nil
 	}
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	// The exit is put back, so that stopping a stopped daemon returns at
+	// once rather than waiting for an exit already taken.
 	select {
-	case <-d.done:
+	case err := <-d.done:
+		d.done <- err
 		return nil
 	case <-time.After(grace):
 	}
 	_ = d.cmd.Process.Kill()
 	select {
-	case <-d.done:
+	case err := <-d.done:
+		d.done <- err
 		return nil
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("%s (pid %d) did not exit", d.name, d.cmd.Process.Pid)

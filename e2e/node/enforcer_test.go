@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
@@ -115,6 +116,31 @@ func testEnforcedTimeSliced(t *testing.T) {
 	testTimeSlicedShares(t)
 	report, p := probe(t, tenantNS, withDeviceListMount(sharePod("enforced-share-mount", 1), "all"))
 	expectGPUs(t, report, sharedGPUs(t, p))
+}
+
+// testEnforcedInitContainer: a GPU init container keeps exactly its GPU.
+// The kubelet's PodResources leaves such init containers out; the enforcer
+// reads their allocation from the kubelet's device checkpoint, so it
+// neither voids its GPU nor lets its env widen it.
+func testEnforcedInitContainer(t *testing.T) {
+	logEnforcerOnFailure(t)
+	p := probePod("enforced-init")
+	one := resource.MustParse("1")
+	warmUp := p.Spec.Containers[0]
+	warmUp.Name = "warm-up"
+	warmUp.Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{gpuResource: one}, Requests: corev1.ResourceList{gpuResource: one}}
+	warmUp.Env = append(warmUp.Env, corev1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"})
+	p.Spec.InitContainers = []corev1.Container{warmUp}
+	report, pod, err := s.node.RunProbeContainer(context.Background(), tenantNS, p, warmUp.Name)
+	if pod != nil {
+		t.Cleanup(func() { _ = s.node.DeletePod(context.Background(), tenantNS, p.Name) })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := report.GPUs(); len(got) != 1 {
+		t.Errorf("the GPU init container saw GPUs %v, want exactly one", got)
+	}
 }
 
 // migResource is a MIG profile the MIG backend serves: GPU 0 carries four

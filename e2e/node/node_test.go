@@ -64,6 +64,7 @@ func TestNode(t *testing.T) {
 		t.Run("a pod without a GPU limit asking for every GPU by env sees none", testEnforcedNoGPUEnvAll)
 		t.Run("a one-GPU pod asking for every GPU by env sees its own", testEnforcedEnvAll)
 		t.Run("a one-GPU pod taking every GPU from a Secret sees its own", testEnforcedSecret)
+		t.Run("a GPU init container asking for every GPU sees its own", testEnforcedInitContainer)
 		t.Run("a pod bound to the node asking for what it does not advertise sees no GPU", testEnforcedUnhonoured)
 		t.Run("a privileged container is refused", testEnforcedPrivilegedRefused)
 		t.Run("with the enforcer down a container is created as its pod says, and judged at its next start", testEnforcerDownFailsOpen)
