@@ -1363,3 +1363,57 @@ func TestOpenReportsCRDsSwitch(t *testing.T) {
 		t.Error("reports.crds.install: sometimes must be refused")
 	}
 }
+
+// TestPlatformOptions: on OpenShift the restricted SCC picks the user, so
+// unsetting runAsUser and runAsGroup takes them out of every non-agent pod
+// while the rest of the securityContext stays; on GKE a ResourceQuota covers
+// the system-*-critical priority classes the chart's pods use, and is
+// rendered only when asked for.
+func TestPlatformOptions(t *testing.T) {
+	c := loadChart(t)
+	r, err := render(t, c, parseValues(t, `
+podSecurityContext: {runAsUser: null, runAsGroup: null}
+priorityClassQuota: {create: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := 0
+	for _, doc := range docs(r, true) {
+		found, err := manifest.PodTemplates([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tpl := range found {
+			spec := tpl.Template.Spec
+			if len(spec.Containers) == 0 || spec.Containers[0].Name == "agent" {
+				continue // the agent has agent.securityContext
+			}
+			pods++
+			sc := spec.SecurityContext
+			if sc == nil || sc.RunAsUser != nil || sc.RunAsGroup != nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+				t.Errorf("%s: pod securityContext %+v, want runAsNonRoot without a user or group", tpl.Path, sc)
+			}
+			if csc := spec.Containers[0].SecurityContext; csc == nil || csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem {
+				t.Errorf("%s: container securityContext %+v lost its defaults", tpl.Path, csc)
+			}
+		}
+	}
+	if pods < 3 { // webhook, policy-check hook, helm test pod
+		t.Fatalf("found %d pod specs besides the agent's, want 3", pods)
+	}
+	q := one[*corev1.ResourceQuota](t, decodeAll(t, docs(r, false)))
+	if q.Namespace != namespace || q.Spec.ScopeSelector == nil || len(q.Spec.ScopeSelector.MatchExpressions) != 1 {
+		t.Fatalf("quota %s/%s: %+v", q.Namespace, q.Name, q.Spec)
+	}
+	if got, want := q.Spec.ScopeSelector.MatchExpressions[0].Values, []string{"system-cluster-critical", "system-node-critical"}; !slices.Equal(got, want) {
+		t.Errorf("the quota covers %v, want %v", got, want)
+	}
+	r, err = render(t, c, parseValues(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := findAll[*corev1.ResourceQuota](decodeAll(t, docs(r, false))); len(q) != 0 {
+		t.Errorf("a ResourceQuota rendered without priorityClassQuota.create")
+	}
+}
