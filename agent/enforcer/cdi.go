@@ -1,6 +1,7 @@
 package enforcer
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -89,8 +90,12 @@ func (s *SpecDirs) Qualify(devices [][]string) ([]string, error) {
 	// A spec that fails to parse does not hide the others, as in the
 	// runtime; a name it should have defined is then simply not found.
 	_ = s.cache.Refresh()
-	if s.cache.GetDevice(VoidDevice) == nil {
+	void := s.cache.GetDevice(VoidDevice)
+	if void == nil {
 		return nil, fmt.Errorf("the node enforcer's CDI device %s is not in %s", VoidDevice, strings.Join(s.dirs, ", "))
+	}
+	if err := onlyVoids(void); err != nil {
+		return nil, fmt.Errorf("the node enforcer's CDI device %s (%s) %w; restart the agent to write it again", VoidDevice, void.GetSpec().GetPath(), err)
 	}
 	out := []string{VoidDevice}
 	for _, names := range devices {
@@ -102,6 +107,25 @@ func (s *SpecDirs) Qualify(devices [][]string) ([]string, error) {
 		out = append(out, q)
 	}
 	return out, nil
+}
+
+// onlyVoids checks that the void device, wherever it was read from, does
+// what the enforcer wrote and nothing more: it sets variables to void, and
+// adds no device node, mount or hook, in its own edits or its spec's. A
+// spec replaced on the host would otherwise ride on every narrowed
+// container.
+func onlyVoids(d *cdi.Device) error {
+	for _, edits := range []specs.ContainerEdits{d.ContainerEdits, d.GetSpec().ContainerEdits} {
+		if len(edits.DeviceNodes)+len(edits.Mounts)+len(edits.Hooks)+len(edits.AdditionalGIDs) > 0 || edits.IntelRdt != nil {
+			return errors.New("adds more than variables")
+		}
+		for _, e := range edits.Env {
+			if _, v, _ := strings.Cut(e, "="); v != Void {
+				return fmt.Errorf("sets %q", e)
+			}
+		}
+	}
+	return nil
 }
 
 func (s *SpecDirs) qualified(names []string) string {

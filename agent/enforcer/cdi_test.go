@@ -110,6 +110,26 @@ func TestRepeatedVariablesThroughCDI(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a void device altered on the host: refused", func(t *testing.T) {
+		dir := specDir(t, true)
+		altered := VoidSpec([]string{"NVIDIA_VISIBLE_DEVICES"})
+		altered.Devices[0].ContainerEdits.DeviceNodes = []*specs.DeviceNode{{Path: "/dev/nvidia1", Type: "c", Major: 195, Minor: 1}}
+		data, err := yaml.Marshal(altered)
+		if err != nil {
+			t.Fatal(err)
+		}
+		matches, _ := filepath.Glob(filepath.Join(dir, "gpuguard.io-enforcer*"))
+		if len(matches) != 1 {
+			t.Fatalf("the void spec in %s: %v", dir, matches)
+		}
+		if err := os.WriteFile(matches[0], data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d := cdiRules(t, dir).Decide(Container{Env: repeated("GPU-a", "all")}, Facts{Allocated: []string{"GPU-a"}})
+		if !strings.Contains(d.Refuse, "adds more than variables") {
+			t.Fatalf("refuse = %q, inject %v", d.Refuse, d.InjectCDI)
+		}
+	})
 	t.Run("without a CDI directory: refused", func(t *testing.T) {
 		if d := testRules(t).Decide(Container{Env: repeated("all", "all")}, Facts{}); !strings.Contains(d.Refuse, "no CDI spec directory") {
 			t.Fatalf("refuse = %q", d.Refuse)
