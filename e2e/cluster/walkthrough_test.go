@@ -16,9 +16,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 // outcome judges one command's output and error; it says what is wrong, or "".
@@ -43,7 +47,7 @@ var walkthrough = []step{
 		outputMatches(`"name":"NVIDIA_VISIBLE_DEVICES","value":"void"`)}},
 	{block: "upgrade", want: []outcome{succeeds}, after: webhookServedFromPods},
 	{block: "typo", want: []outcome{failsWith(`additional properties 'injectVoidd' not allowed`)}, after: webhookServedFromPods},
-	{block: "uninstall", want: []outcome{succeeds}, after: nothingLeftBlocking},
+	{block: "uninstall", want: []outcome{succeeds, succeeds}, after: nothingLeftBehind},
 }
 
 // TestREADMEWalkthrough runs the README's Helm commands verbatim, with the
@@ -225,6 +229,52 @@ func nothingLeftBlocking(t *testing.T) {
 	waitUnguarded(t, "gpuguard-demo")
 }
 
+// nothingLeftBehind: besides nothing left blocking pods, nothing gpuguard
+// wrote at run time is left after `gpuguard cleanup`: no Report or
+// ClusterReport of its own, none of its node labels, none of its Leases.
+func nothingLeftBehind(t *testing.T) {
+	nothingLeftBlocking(t)
+	ctx := context.Background()
+	dyn, err := dynamic.NewForConfig(s.cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, r := range []string{"reports", "clusterreports"} {
+		list, err := dyn.Resource(schema.GroupVersionResource{Group: "openreports.io", Version: "v1alpha1", Resource: r}).
+			List(ctx, metav1.ListOptions{LabelSelector: wellknown.ManagedByLabel + "=" + wellknown.ManagedBy})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		for _, item := range list.Items {
+			left = append(left, r+" "+item.GetNamespace()+"/"+item.GetName())
+		}
+	}
+	nodes, err := s.cp.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		for k := range n.Labels {
+			if strings.HasPrefix(k, wellknown.Domain+"/") || k == wellknown.HardenedMarkLabel {
+				left = append(left, "label "+k+" on node "+n.Name)
+			}
+		}
+	}
+	leases, err := s.cp.Client.CoordinationV1().Leases("gpuguard").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases.Items {
+		if strings.HasPrefix(l.Name, "gpuguard") {
+			left = append(left, "Lease gpuguard/"+l.Name)
+		}
+	}
+	if len(left) > 0 {
+		t.Fatalf("after helm uninstall and gpuguard cleanup, gpuguard's objects are left: %v", left)
+	}
+}
+
 // waitUnguarded waits until pods in ns are neither judged nor changed by
 // gpuguard: the API server's admission policy plugins act on deleted
 // policies until their caches catch up, which takes a moment.
@@ -327,8 +377,13 @@ func newShell(t *testing.T) *shell {
 		t.Fatal(err)
 	}
 	home := t.TempDir()
+	// The gpuguard CLI, as `make build` gives it.
+	cli, err := framework.BuildGPUGuard(s.root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	return &shell{t: t, env: []string{
-		"PATH=" + s.assets + ":" + os.Getenv("PATH"),
+		"PATH=" + filepath.Dir(cli) + ":" + s.assets + ":" + os.Getenv("PATH"),
 		"KUBECONFIG=" + kubeconfig,
 		// helm keeps its cache and configuration under HOME.
 		"HOME=" + home,

@@ -30,7 +30,7 @@ func (e *exitError) Error() string { return e.msg }
 const (
 	exitOK     = 0
 	exitDenied = 1
-	exitFailed = 1 // verify: the cluster did not answer as expected
+	exitFailed = 1 // verify: the cluster did not answer as expected; cleanup: something stayed
 	exitUsage  = 2
 )
 
@@ -48,7 +48,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newCheckCommand(), newAuditCommand(), newWebhookCommand(), newRenderCELCommand(), newVerifyCommand(), newVersionCommand(),
+	root.AddCommand(newCheckCommand(), newCleanupCommand(), newAuditCommand(), newWebhookCommand(), newRenderCELCommand(), newVerifyCommand(), newVersionCommand(),
 		newPolicyCommand(), newRulesCommand())
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)

@@ -29,6 +29,9 @@ const (
 	// is registered with the runtime: the prefix and the node's name, in
 	// the agent's namespace, held by the node's name.
 	EnforcerLeasePrefix = "gpuguard-enforcer-"
+	// AuditLease is the Lease the webhook's replicas elect the background
+	// auditor with, in the webhook's namespace.
+	AuditLease = "gpuguard-audit"
 	// CheckLabelPrefix prefixes one node label per hardening check, the
 	// check's ID after it, its status as the value.
 	CheckLabelPrefix = Domain + "/check."

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/gpuguard/gpuguard/internal/audit"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 	"github.com/gpuguard/gpuguard/policy"
 	"github.com/gpuguard/gpuguard/webhook/policysource"
 	"github.com/gpuguard/gpuguard/webhook/reports"
@@ -41,7 +42,7 @@ type Options struct {
 }
 
 // auditLease is the Lease the replicas elect the auditor with.
-const auditLease = "gpuguard-audit"
+const auditLease = wellknown.AuditLease
 
 // policyPoll is how often the auditor looks for a new policy.
 const policyPoll = 2 * time.Second
