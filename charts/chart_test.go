@@ -855,9 +855,10 @@ func TestRBAC(t *testing.T) {
 			if rc.name == "observability" {
 				agentWant = append(agentWant, rbacRule{"cluster", "", "nodes", "patch", ""})
 			}
-			if rc.name == "node-enforcer" {
-				// The enforcer's Lease, in the release namespace (the
-				// node-scope policy holds each agent to its own node's).
+			if rc.name == "node-enforcer" || rc.name == "observability" {
+				// The enforcer's Lease, or the agent's own heartbeat of its
+				// node labels, in the release namespace (the node-scope
+				// policy holds each agent to its own node's).
 				for _, v := range []string{"get", "create", "update"} {
 					agentWant = append(agentWant, rbacRule{ns, "coordination.k8s.io", "leases", v, ""})
 				}

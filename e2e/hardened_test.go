@@ -111,36 +111,54 @@ func setNodeLabels(t *testing.T, name string, labels map[string]string) {
 // TestEnforcedProfileFollowsTheLeases: with --enforcer-lease-namespace, a
 // GPU node that is not hardened counts as covered while its node enforcer
 // holds a fresh Lease, so a plain pod is stored without void; when the
-// Lease goes stale, with no event to say so, void is injected again.
+// Lease goes stale, with no event to say so, void is injected again. The
+// hardened nodes beside it hold their agents' Leases.
 func TestEnforcedProfileFollowsTheLeases(t *testing.T) {
-	ctx := context.Background()
 	hardened, enforced := "gpu-lease-hardened", "gpu-lease-enforced"
-	hardenOtherGPUNodes(t, hardened, enforced)
+	others := hardenOtherGPUNodes(t, hardened, enforced)
 	setNodeLabels(t, hardened, map[string]string{gpuNodeLabel: "true", wellknown.HardenedMarkLabel: "true"})
 	setNodeLabels(t, enforced, map[string]string{gpuNodeLabel: "true"})
-	leases := s.cp.Client.CoordinationV1().Leases(releaseNS)
-	holder, seconds := enforced, int32(15)
-	renewed := metav1.NewMicroTime(time.Now())
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: wellknown.EnforcerLeasePrefix + enforced},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds, RenewTime: &renewed}}
-	if _, err := leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	holdLeases(t, wellknown.AgentLeasePrefix, 3600, append(others, hardened)...)
+	holdLeases(t, wellknown.EnforcerLeasePrefix, 15, enforced)
+	wh := startLeaseWebhook(t, hardened, enforced)
+	waitVoid(t, wh, false)
+	// Not renewed, the Lease goes stale after its 15 s: the webhook looks
+	// again on its own.
+	waitVoid(t, wh, true)
+}
+
+// TestHardenedMarkFollowsTheAgentsLease: where the webhook follows Leases,
+// a node's hardened mark counts only while its agent holds a fresh Lease:
+// once the agent stops renewing it (it died, and the node may have been
+// reconfigured since), void is injected again, though the mark stays.
+func TestHardenedMarkFollowsTheAgentsLease(t *testing.T) {
+	hardened := "gpu-agent-lease"
+	others := hardenOtherGPUNodes(t, hardened)
+	setNodeLabels(t, hardened, map[string]string{gpuNodeLabel: "true", wellknown.HardenedMarkLabel: "true"})
+	holdLeases(t, wellknown.AgentLeasePrefix, 3600, others...)
+	holdLeases(t, wellknown.AgentLeasePrefix, 15, hardened)
+	wh := startLeaseWebhook(t, hardened)
+	waitVoid(t, wh, false)
+	waitVoid(t, wh, true)
+}
+
+// startLeaseWebhook starts a webhook with injectVoid auto following the
+// release namespace's Leases, the only gpuguard the API server calls until
+// the test ends; then nodes are deleted.
+func startLeaseWebhook(t *testing.T, nodes ...string) *framework.Webhook {
+	t.Helper()
+	ctx := context.Background()
 	wh := startClusterWebhook(t, "gpuguard-leases", "--inject-void=auto", "--gpu-node-label", gpuNodeLabel+"=true",
 		"--enforcer-lease-namespace", releaseNS)
 	if err := wh.WaitReady(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	callOnly(t, wh, func() {
-		_ = leases.Delete(ctx, lease.Name, metav1.DeleteOptions{})
-		for _, n := range []string{hardened, enforced} {
+		for _, n := range nodes {
 			_ = s.cp.Client.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
 		}
 	})
-	waitVoid(t, wh, false)
-	// Not renewed, the Lease goes stale after its 15 s: the webhook looks
-	// again on its own.
-	waitVoid(t, wh, true)
+	return wh
 }
 
 // callOnly points the suite's webhook configurations at wh, the only
@@ -169,16 +187,18 @@ func callOnly(t *testing.T, wh *framework.Webhook, cleanup func()) {
 // hardenOtherGPUNodes marks every GPU node other tests left in the suite's
 // API server (the fixtures' nodes advertise GPUs in their allocatable, and
 // count as GPU nodes without a label) hardened until the test ends, so
-// that only the test's own nodes decide; the mark is removed after.
-func hardenOtherGPUNodes(t *testing.T, own ...string) {
+// that only the test's own nodes decide; the mark is removed after. It
+// returns those nodes.
+func hardenOtherGPUNodes(t *testing.T, own ...string) []string {
 	t.Helper()
 	ctx := context.Background()
 	list, err := s.cp.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var others []string
 	for _, n := range list.Items {
-		if slices.Contains(own, n.Name) || n.Labels[wellknown.HardenedMarkLabel] == "true" {
+		if slices.Contains(own, n.Name) {
 			continue
 		}
 		gpu := n.Labels[gpuNodeLabel] == "true"
@@ -188,10 +208,37 @@ func hardenOtherGPUNodes(t *testing.T, own ...string) {
 		if !gpu {
 			continue
 		}
+		others = append(others, n.Name)
+		if n.Labels[wellknown.HardenedMarkLabel] == "true" {
+			continue
+		}
 		setNodeLabels(t, n.Name, map[string]string{wellknown.HardenedMarkLabel: "true"})
 		t.Cleanup(func() {
 			patch := []byte(`{"metadata":{"labels":{"` + wellknown.HardenedMarkLabel + `":null}}}`)
 			_, _ = s.cp.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		})
 	}
+	return others
+}
+
+// holdLeases creates, until the test ends, a fresh Lease of prefix for each
+// node, held by it for seconds, in the release namespace, as the agents
+// hold theirs; it returns them.
+func holdLeases(t *testing.T, prefix string, seconds int32, nodes ...string) []*coordinationv1.Lease {
+	t.Helper()
+	ctx := context.Background()
+	leases := s.cp.Client.CoordinationV1().Leases(releaseNS)
+	var out []*coordinationv1.Lease
+	for _, n := range nodes {
+		holder, renewed := n, metav1.NewMicroTime(time.Now())
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: prefix + n},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds, RenewTime: &renewed}}
+		l, err := leases.Create(ctx, l, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = leases.Delete(ctx, l.Name, metav1.DeleteOptions{}) })
+		out = append(out, l)
+	}
+	return out
 }

@@ -22,6 +22,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 // agentUser is the chart's agent service account in the golden renderings.
@@ -78,13 +79,18 @@ func TestAgentNodeScope(t *testing.T) {
 	if err := framework.EnsureNamespace(ctx, s.cp, chartNamespace, nil); err != nil {
 		t.Fatal(err)
 	}
-	lease := func(c kubernetes.Interface, node, holder string) error {
-		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "gpuguard-enforcer-" + node, Namespace: chartNamespace},
+	namedLease := func(c kubernetes.Interface, prefix, node, holder string) error {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: prefix + node, Namespace: chartNamespace},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}
 		_, err := c.CoordinationV1().Leases(chartNamespace).Create(ctx, l, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	}
+	lease := func(c kubernetes.Interface, node, holder string) error {
+		return namedLease(c, wellknown.EnforcerLeasePrefix, node, holder)
+	}
 	attacks := map[string]func() error{
+		"hold another node's agent Lease":     func() error { return namedLease(onA, wellknown.AgentLeasePrefix, "node-b", "node-b") },
+		"a Lease of another name":             func() error { return namedLease(onA, "kube-scheduler-", "node-a", "node-a") },
 		"hold another node's enforcer Lease":  func() error { return lease(onA, "node-b", "node-b") },
 		"its enforcer Lease held by another":  func() error { return lease(onA, "node-a", "node-b") },
 		"label another node":                  func() error { return label(onA, "node-b", "gpuguard.io/hardened") },
@@ -98,6 +104,7 @@ func TestAgentNodeScope(t *testing.T) {
 		"delete a pod on its node":       func() error { return deletePod(onA, "node-a") },
 		"an Event from its node":         func() error { return event(onA, "node-a") },
 		"its own enforcer Lease":         func() error { return lease(onA, "node-a", "node-a") },
+		"its own agent Lease":            func() error { return namedLease(onA, wellknown.AgentLeasePrefix, "node-a", "node-a") },
 	}
 	for name, attack := range attacks {
 		if err := attack(); err != nil {

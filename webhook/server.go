@@ -192,7 +192,7 @@ func (o Options) validate() error {
 		return err
 	}
 	if o.EnforcerLeaseNamespace != "" && o.InjectVoid != InjectAuto {
-		return errors.New("--enforcer-lease-namespace follows the node enforcers for --inject-void=auto; it means nothing without it")
+		return errors.New("--enforcer-lease-namespace follows the agents' Leases for --inject-void=auto; it means nothing without it")
 	}
 	switch o.InjectVoid {
 	case "", InjectAlways, InjectNever:

@@ -156,6 +156,11 @@ func (a *Agent) Run(ctx context.Context, reload <-chan struct{}) error {
 			return err
 		}
 	}
+	if l := a.agentLease(); l != nil {
+		held := make(chan struct{})
+		go func() { defer close(held); l.Hold(ctx) }()
+		defer func() { <-held }() // released before Run returns
+	}
 	retry := a.cfg.RetryInterval
 	for {
 		s, err := a.start(ctx)

@@ -46,11 +46,7 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 	p := &enforcer.Plugin{Rules: current, Allocations: allocations, Checkpoint: verifier.NewCheckpoint(a.cfg.DevicePluginDir), Exemptions: ex,
 		Client: a.kube, Node: a.cfg.NodeName, Log: a.log.WithName("enforce"),
 		Decisions: a.enforceDecisions, Latency: a.enforceLatency}
-	ns := a.cfg.EnforcerLeaseNamespace
-	if ns == "" {
-		ns = os.Getenv("POD_NAMESPACE")
-	}
-	if a.kube != nil && ns != "" {
+	if ns := a.leaseNamespace(); a.kube != nil && ns != "" {
 		p.Lease = &enforcer.Lease{Client: a.kube, Namespace: ns, Node: a.cfg.NodeName, Duration: enforcer.DefaultLeaseDuration, Log: p.Log}
 	}
 	s.wg.Add(2)
@@ -107,4 +103,26 @@ func (a *Agent) enforcerCDI(pol *config.Policy, in nodereport.Inputs) (enforcer.
 		return nil, fmt.Errorf("reading CDI specs in %s: %w", strings.Join(dirs, ", "), err)
 	}
 	return specs, nil
+}
+
+// leaseNamespace is where the agent holds its Leases: the flag's, else its
+// own pod's namespace.
+func (a *Agent) leaseNamespace() string {
+	if ns := a.cfg.EnforcerLeaseNamespace; ns != "" {
+		return ns
+	}
+	return os.Getenv("POD_NAMESPACE")
+}
+
+// agentLease is the heartbeat of the node labels the agent publishes
+// (wellknown.AgentLeasePrefix and the node's name), held while it runs:
+// where the webhook follows Leases, the hardened mark counts only while it
+// is fresh. nil when the agent publishes no labels or has no API access.
+func (a *Agent) agentLease() *enforcer.Lease {
+	ns := a.leaseNamespace()
+	if a.nodeLabels == nil || a.kube == nil || ns == "" {
+		return nil
+	}
+	return &enforcer.Lease{Client: a.kube, Namespace: ns, Node: a.cfg.NodeName, Name: wellknown.AgentLeasePrefix + a.cfg.NodeName,
+		Duration: enforcer.DefaultLeaseDuration, Log: a.log.WithName("lease")}
 }

@@ -23,12 +23,19 @@ const DefaultLeaseDuration = 60 * time.Second
 // released when it is not. The webhook's hardened-cluster profile counts a
 // GPU node as covered while its Lease is fresh; a Lease that is not renewed
 // goes stale on its own, so a dead agent stops counting within a duration.
+//
+// The agent holds one of its own the same way, named with
+// wellknown.AgentLeasePrefix, while it publishes its node's labels: the
+// heartbeat of the hardened mark.
 type Lease struct {
 	Client    kubernetes.Interface
 	Namespace string
 	Node      string
-	Duration  time.Duration
-	Log       logr.Logger
+	// Name is the Lease's name; "" is the node enforcer's,
+	// wellknown.EnforcerLeasePrefix and the node's name.
+	Name     string
+	Duration time.Duration
+	Log      logr.Logger
 }
 
 // Hold renews the Lease until ctx ends, then releases it.
@@ -37,14 +44,14 @@ func (l *Lease) Hold(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if err := l.write(ctx, l.Node); err != nil && ctx.Err() == nil {
-			l.Log.Error(err, "node enforcer Lease not renewed")
+			l.Log.Error(err, "Lease not renewed")
 		}
 		select {
 		case <-ctx.Done():
 			release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			if err := l.write(release, ""); err != nil {
-				l.Log.Info("node enforcer Lease not released; it goes stale on its own", "reason", err.Error())
+				l.Log.Info("Lease not released; it goes stale on its own", "reason", err.Error())
 			}
 			return
 		case <-t.C:
@@ -55,7 +62,10 @@ func (l *Lease) Hold(ctx context.Context) {
 // write sets the Lease's holder ("" releases it) and renewal time.
 func (l *Lease) write(ctx context.Context, holder string) error {
 	leases := l.Client.CoordinationV1().Leases(l.Namespace)
-	name := wellknown.EnforcerLeasePrefix + l.Node
+	name := l.Name
+	if name == "" {
+		name = wellknown.EnforcerLeasePrefix + l.Node
+	}
 	seconds := int32(l.Duration / time.Second)
 	now := metav1.NewMicroTime(time.Now())
 	spec := coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds, RenewTime: &now}

@@ -29,6 +29,10 @@ const (
 	// is registered with the runtime: the prefix and the node's name, in
 	// the agent's namespace, held by the node's name.
 	EnforcerLeasePrefix = "gpuguard-enforcer-"
+	// AgentLeasePrefix names the Lease a node's agent holds while it runs
+	// and publishes its node's labels: the heartbeat without which the
+	// hardened mark goes stale, where the webhook follows Leases.
+	AgentLeasePrefix = "gpuguard-agent-"
 	// AuditLease is the Lease the webhook's replicas elect the background
 	// auditor with, in the webhook's namespace.
 	AuditLease = "gpuguard-audit"

@@ -31,10 +31,13 @@ type Nodes struct {
 	// node without GPU Feature Discovery's or NFD's label (and so without
 	// gpuguard's agent) must keep the injection on, not go unseen.
 	IsGPUResource func(string) bool
-	// LeaseNamespace, when set, is where the agents' node enforcers hold
-	// their Leases (wellknown.EnforcerLeaseName): a GPU node whose enforcer
-	// holds a fresh one is covered too, since every container it creates
-	// grants exactly its allocation.
+	// LeaseNamespace, when set, is where the agents hold their Leases. A
+	// GPU node whose node enforcer holds a fresh one
+	// (wellknown.EnforcerLeasePrefix) is covered, since every container it
+	// creates grants exactly its allocation; and the hardened mark counts
+	// only while the node's agent holds a fresh one of its own
+	// (wellknown.AgentLeasePrefix): a mark left by an agent that no longer
+	// runs, on a node reconfigured since, goes stale with it.
 	LeaseNamespace string
 	// Now is the clock Leases are judged by; nil is time.Now.
 	Now func() time.Time
@@ -62,7 +65,11 @@ func (n *Nodes) AllHardened(ctx context.Context) (ok bool, why string, err error
 	if err := n.Reader.List(ctx, list); err != nil {
 		return false, "", fmt.Errorf("listing nodes: %w", err)
 	}
-	enforced, err := n.enforcedNodes(ctx)
+	enforced, err := n.freshLeases(ctx, wellknown.EnforcerLeasePrefix)
+	if err != nil {
+		return false, "", err
+	}
+	alive, err := n.freshLeases(ctx, wellknown.AgentLeasePrefix)
 	if err != nil {
 		return false, "", err
 	}
@@ -71,7 +78,12 @@ func (n *Nodes) AllHardened(ctx context.Context) (ok bool, why string, err error
 		if !n.isGPUNode(node.Labels) && !n.advertisesGPUs(node.Status.Allocatable) {
 			continue
 		}
-		if node.Labels[wellknown.HardenedMarkLabel] != "true" && !enforced[node.Name] {
+		marked := node.Labels[wellknown.HardenedMarkLabel] == "true"
+		if marked && n.LeaseNamespace != "" && !alive[node.Name] && !enforced[node.Name] {
+			return false, fmt.Sprintf("GPU node %s reports %s=true but its agent holds no fresh Lease (%s%s): the mark may be stale",
+				node.Name, wellknown.HardenedMarkLabel, wellknown.AgentLeasePrefix, node.Name), nil
+		}
+		if !marked && !enforced[node.Name] {
 			why := fmt.Sprintf("GPU node %s does not report %s=true", node.Name, wellknown.HardenedMarkLabel)
 			if n.LeaseNamespace != "" {
 				why += " and holds no fresh node enforcer Lease"
@@ -91,15 +103,15 @@ func (n *Nodes) AllHardened(ctx context.Context) (ok bool, why string, err error
 	return true, why, nil
 }
 
-// enforcedNodes are the nodes whose enforcer holds a fresh Lease: named
-// after the node, held by it, renewed within its duration.
-func (n *Nodes) enforcedNodes(ctx context.Context) (map[string]bool, error) {
+// freshLeases are the nodes that hold a fresh Lease of prefix: named after
+// the node, held by it, renewed within its duration.
+func (n *Nodes) freshLeases(ctx context.Context, prefix string) (map[string]bool, error) {
 	if n.LeaseNamespace == "" {
 		return nil, nil
 	}
 	leases := &coordinationv1.LeaseList{}
 	if err := n.Reader.List(ctx, leases, client.InNamespace(n.LeaseNamespace)); err != nil {
-		return nil, fmt.Errorf("listing the node enforcers' Leases: %w", err)
+		return nil, fmt.Errorf("listing the agents' Leases: %w", err)
 	}
 	now := time.Now
 	if n.Now != nil {
@@ -107,7 +119,7 @@ func (n *Nodes) enforcedNodes(ctx context.Context) (map[string]bool, error) {
 	}
 	out := map[string]bool{}
 	for _, l := range leases.Items {
-		node, ok := strings.CutPrefix(l.Name, wellknown.EnforcerLeasePrefix)
+		node, ok := strings.CutPrefix(l.Name, prefix)
 		s := l.Spec
 		if !ok || s.HolderIdentity == nil || *s.HolderIdentity != node || s.RenewTime == nil || s.LeaseDurationSeconds == nil {
 			continue

@@ -104,6 +104,39 @@ func TestEnforcerLeasesCover(t *testing.T) {
 	}
 }
 
+// TestHardenedMarkNeedsTheAgentsLease: where Leases are followed, the
+// hardened mark counts only while the node's agent holds a fresh Lease: a
+// mark left by an agent that stopped (and a node reconfigured since) goes
+// stale with it. Without Leases followed the mark alone counts, as before.
+func TestHardenedMarkNeedsTheAgentsLease(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	marked := node("n1", map[string]string{"nvidia.com/gpu.present": "true", wellknown.HardenedMarkLabel: "true"})
+	for _, tc := range []struct {
+		name   string
+		leases []client.Object
+		want   bool
+	}{
+		{"no Lease", nil, false},
+		{"the agent's, fresh", []client.Object{lease("gpuguard-agent-n1", "n1", now.Add(-30*time.Second), 60)}, true},
+		{"the agent's, stale", []client.Object{lease("gpuguard-agent-n1", "n1", now.Add(-61*time.Second), 60)}, false},
+		{"another node's agent's", []client.Object{lease("gpuguard-agent-n2", "n2", now, 60)}, false},
+		{"the node enforcer's, fresh", []client.Object{lease("gpuguard-enforcer-n1", "n1", now, 60)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithObjects(append(tc.leases, marked)...).Build()
+			n := &Nodes{Reader: c, GPUNodeLabels: gpuLabels, LeaseNamespace: "gpuguard-system", Now: func() time.Time { return now }}
+			got, why, err := n.AllHardened(context.Background())
+			if err != nil || got != tc.want {
+				t.Errorf("hardened %v (%s, %v), want %v", got, why, err, tc.want)
+			}
+			n.LeaseNamespace = ""
+			if got, _, _ := n.AllHardened(context.Background()); !got {
+				t.Error("without Leases followed, the mark alone must count")
+			}
+		})
+	}
+}
+
 // TestGPUNodesByAllocatable: a node that advertises a GPU resource is a GPU
 // node without any GPU label (no GPU Feature Discovery, no NFD, so no
 // agent): unhardened, it keeps the injection on. Once it reports hardened
