@@ -1305,16 +1305,10 @@ func TestImagePullSecretsEverywhere(t *testing.T) {
 	}
 	want := []corev1.LocalObjectReference{{Name: "corp-registry"}, {Name: "mirror"}}
 	pods := 0
-	for _, doc := range docs(r, true) {
-		found, err := manifest.PodTemplates([]byte(doc))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, tpl := range found {
-			pods++
-			if !slices.Equal(tpl.Template.Spec.ImagePullSecrets, want) {
-				t.Errorf("%s: imagePullSecrets %v, want %v", tpl.Path, tpl.Template.Spec.ImagePullSecrets, want)
-			}
+	for _, tpl := range podTemplates(t, r) {
+		pods++
+		if !slices.Equal(tpl.Template.Spec.ImagePullSecrets, want) {
+			t.Errorf("%s: imagePullSecrets %v, want %v", tpl.Path, tpl.Template.Spec.ImagePullSecrets, want)
 		}
 	}
 	if pods < 4 { // webhook, agent, policy-check hook, helm test pod
@@ -1380,24 +1374,18 @@ priorityClassQuota: {create: true}
 		t.Fatal(err)
 	}
 	pods := 0
-	for _, doc := range docs(r, true) {
-		found, err := manifest.PodTemplates([]byte(doc))
-		if err != nil {
-			t.Fatal(err)
+	for _, tpl := range podTemplates(t, r) {
+		spec := tpl.Template.Spec
+		if len(spec.Containers) == 0 || spec.Containers[0].Name == "agent" {
+			continue // the agent has agent.securityContext
 		}
-		for _, tpl := range found {
-			spec := tpl.Template.Spec
-			if len(spec.Containers) == 0 || spec.Containers[0].Name == "agent" {
-				continue // the agent has agent.securityContext
-			}
-			pods++
-			sc := spec.SecurityContext
-			if sc == nil || sc.RunAsUser != nil || sc.RunAsGroup != nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
-				t.Errorf("%s: pod securityContext %+v, want runAsNonRoot without a user or group", tpl.Path, sc)
-			}
-			if csc := spec.Containers[0].SecurityContext; csc == nil || csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem {
-				t.Errorf("%s: container securityContext %+v lost its defaults", tpl.Path, csc)
-			}
+		pods++
+		sc := spec.SecurityContext
+		if sc == nil || sc.RunAsUser != nil || sc.RunAsGroup != nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+			t.Errorf("%s: pod securityContext %+v, want runAsNonRoot without a user or group", tpl.Path, sc)
+		}
+		if csc := spec.Containers[0].SecurityContext; csc == nil || csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem {
+			t.Errorf("%s: container securityContext %+v lost its defaults", tpl.Path, csc)
 		}
 	}
 	if pods < 3 { // webhook, policy-check hook, helm test pod
@@ -1417,4 +1405,19 @@ priorityClassQuota: {create: true}
 	if q := findAll[*corev1.ResourceQuota](decodeAll(t, docs(r, false))); len(q) != 0 {
 		t.Errorf("a ResourceQuota rendered without priorityClassQuota.create")
 	}
+}
+
+// podTemplates are the pod templates of every rendered object, hooks
+// included.
+func podTemplates(t *testing.T, r *rendered) []manifest.EmbeddedPodTemplate {
+	t.Helper()
+	var out []manifest.EmbeddedPodTemplate
+	for _, doc := range docs(r, true) {
+		found, err := manifest.PodTemplates([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, found...)
+	}
+	return out
 }
