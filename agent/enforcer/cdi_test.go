@@ -95,7 +95,11 @@ func TestRepeatedVariablesThroughCDI(t *testing.T) {
 			env: []string{"NVIDIA_DRIVER_CAPABILITIES=all", "NVIDIA_DRIVER_CAPABILITIES=all"}, refusing: "cannot be removed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := cdiRules(t, specDir(t, tc.toolkit)).Decide(Container{Env: tc.env}, tc.f)
+			r := cdiRules(t, specDir(t, tc.toolkit))
+			if !r.NeedsAllocation(Container{Env: tc.env}) {
+				t.Error("a variable to change set twice must need the allocation")
+			}
+			d := r.Decide(Container{Env: tc.env}, tc.f)
 			if tc.refusing != "" {
 				if !strings.Contains(d.Refuse, tc.refusing) {
 					t.Fatalf("refuse = %q, want it saying %q", d.Refuse, tc.refusing)

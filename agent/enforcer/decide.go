@@ -96,6 +96,17 @@ type Rules struct {
 	cdi CDINamer
 }
 
+// NeedsAllocation reports whether what the kubelet allocated could matter
+// to c: false for a container the decision leaves alone even with nothing
+// allocated, which grants nothing whatever was allocated (an allocation only
+// widens what is covered). It reads no CDI spec: a variable set twice is a
+// change whether it is narrowed or refused.
+func (r *Rules) NeedsAllocation(c Container) bool {
+	plain := *r
+	plain.cdi = nil
+	return plain.Decide(c, Facts{}).Changed()
+}
+
 // WithCDI lets r narrow a variable set more than once through CDI.
 func (r *Rules) WithCDI(n CDINamer) *Rules {
 	r.cdi = n

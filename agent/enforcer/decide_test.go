@@ -105,7 +105,7 @@ func TestDecide(t *testing.T) {
 			d := r.Decide(tc.c, tc.f)
 			// The plugin skips the kubelet for what nothing allocated
 			// leaves alone: an allocation must never change such a container.
-			if !r.Decide(tc.c, Facts{}).Changed() && d.Changed() {
+			if !r.NeedsAllocation(tc.c) && d.Changed() {
 				t.Errorf("unchanged with nothing allocated, changed with %v: %v", tc.f, d.Changes)
 			}
 			if (d.Refuse != "") != tc.refuse {

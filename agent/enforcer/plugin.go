@@ -138,11 +138,9 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 	log := p.Log.WithValues("container", key.String())
 	rules := p.Rules.Load()
 	spec := containerOf(ctr)
-	// A container the decision leaves alone even with nothing allocated
-	// grants nothing whatever was allocated (an allocation only widens what
-	// is covered), so it needs neither the kubelet nor the exemptions: most
-	// containers, whose images say nothing of GPUs, cost no read.
-	if !rules.Decide(spec, Facts{}).Changed() {
+	// Most containers, whose images say nothing of GPUs, need neither the
+	// kubelet nor the exemptions: they cost no read.
+	if !rules.NeedsAllocation(spec) {
 		return "unchanged", nil, nil
 	}
 	allocations, err := p.allocations(ctx, pod)
