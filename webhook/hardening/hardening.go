@@ -65,14 +65,11 @@ func (n *Nodes) AllHardened(ctx context.Context) (ok bool, why string, err error
 	if err := n.Reader.List(ctx, list); err != nil {
 		return false, "", fmt.Errorf("listing nodes: %w", err)
 	}
-	enforced, err := n.freshLeases(ctx, wellknown.EnforcerLeasePrefix)
+	fresh, err := n.freshLeases(ctx)
 	if err != nil {
 		return false, "", err
 	}
-	alive, err := n.freshLeases(ctx, wellknown.AgentLeasePrefix)
-	if err != nil {
-		return false, "", err
-	}
+	enforced, alive := fresh[wellknown.EnforcerLeasePrefix], fresh[wellknown.AgentLeasePrefix]
 	var gpu []string
 	for _, node := range list.Items {
 		if !n.isGPUNode(node.Labels) && !n.advertisesGPUs(node.Status.Allocatable) {
@@ -103,11 +100,13 @@ func (n *Nodes) AllHardened(ctx context.Context) (ok bool, why string, err error
 	return true, why, nil
 }
 
-// freshLeases are the nodes that hold a fresh Lease of prefix: named after
-// the node, held by it, renewed within its duration.
-func (n *Nodes) freshLeases(ctx context.Context, prefix string) (map[string]bool, error) {
+// freshLeases are, by prefix (the enforcers' and the agents'), the nodes
+// that hold a fresh Lease: named after the node, held by it, renewed within
+// its duration.
+func (n *Nodes) freshLeases(ctx context.Context) (map[string]map[string]bool, error) {
+	out := map[string]map[string]bool{wellknown.EnforcerLeasePrefix: {}, wellknown.AgentLeasePrefix: {}}
 	if n.LeaseNamespace == "" {
-		return nil, nil
+		return out, nil
 	}
 	leases := &coordinationv1.LeaseList{}
 	if err := n.Reader.List(ctx, leases, client.InNamespace(n.LeaseNamespace)); err != nil {
@@ -117,15 +116,16 @@ func (n *Nodes) freshLeases(ctx context.Context, prefix string) (map[string]bool
 	if n.Now != nil {
 		now = n.Now
 	}
-	out := map[string]bool{}
 	for _, l := range leases.Items {
-		node, ok := strings.CutPrefix(l.Name, prefix)
 		s := l.Spec
-		if !ok || s.HolderIdentity == nil || *s.HolderIdentity != node || s.RenewTime == nil || s.LeaseDurationSeconds == nil {
+		if s.HolderIdentity == nil || s.RenewTime == nil || s.LeaseDurationSeconds == nil ||
+			!now().Before(s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds)*time.Second)) {
 			continue
 		}
-		if now().Before(s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second)) {
-			out[node] = true
+		for prefix, nodes := range out {
+			if node, ok := strings.CutPrefix(l.Name, prefix); ok && *s.HolderIdentity == node {
+				nodes[node] = true
+			}
 		}
 	}
 	return out, nil
