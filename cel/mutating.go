@@ -24,6 +24,9 @@ func (r *rules) mutatingPolicy(name string) *admissionregistrationv1.MutatingAdm
 		patches = append(patches, r.voidPatches(l))
 	}
 	if pins := policy.ParentGroupPinsCEL(r.input()); pins != "" {
+		if w := r.waives(policy.RulePinParentGroups); w != "" {
+			pins = fmt.Sprintf("(%s ? [] : %s)", w, pins)
+		}
 		patches = append(patches, pins)
 	}
 	conds := append(r.exemptions(), admissionregistrationv1.MatchCondition{Name: "not-a-mirror-pod", Expression: "!" + celexpr.MirrorPod},
@@ -55,6 +58,9 @@ func (r *rules) voidPatches(l containerList) string {
 		allVoid = append(allVoid, policy.EffectivelyVoidCEL(r.p, n))
 	}
 	needs := fmt.Sprintf("%s && !(%s) && !(%s)", judged, r.gpu, strings.Join(allVoid, " && "))
+	if w := r.waives(policy.RuleInjectVoid); w != "" {
+		needs = "!" + w + " && " + needs
+	}
 	if !r.p.Spec.InjectVoid {
 		// The toolkit's privileged containers get void whatever the policy
 		// says (inject-void).

@@ -112,7 +112,9 @@ func podRules(ops ...[2]string) *admissionregistrationv1.MatchResources {
 }
 
 // exemptions are match conditions: a request they exclude is not judged. Pods are
-// matched by namespace and the pod's own service account, never by labels.
+// matched by namespace and the pod's own service account, never by labels. A
+// service account exemption that names its rules waives those validations
+// and mutations alone (waives).
 func (r *rules) exemptions() []admissionregistrationv1.MatchCondition {
 	ex := r.p.Spec.Exemptions
 	var conds []admissionregistrationv1.MatchCondition
@@ -120,19 +122,37 @@ func (r *rules) exemptions() []admissionregistrationv1.MatchCondition {
 		conds = append(conds, admissionregistrationv1.MatchCondition{Name: "not-exempt-user",
 			Expression: fmt.Sprintf("!(request.userInfo.username in %s)", celexpr.List(ex.Usernames))})
 	}
-	if len(ex.ServiceAccounts) > 0 {
-		var pairs []string
-		for _, sa := range ex.ServiceAccounts {
-			pairs = append(pairs, sa.Namespace+"/"+sa.Name)
-		}
+	if whole := r.waivers.Whole(); len(whole) > 0 {
 		conds = append(conds, admissionregistrationv1.MatchCondition{Name: "not-exempt-service-account",
 			// What an UPDATE adds to a running pod (ephemeral containers,
 			// annotations) is written by whoever sends it: not exempt.
-			Expression: fmt.Sprintf(`request.operation == "UPDATE" || !((request.namespace + "/" + (has(object.spec.serviceAccountName) && object.spec.serviceAccountName != "" ? `+
-				`object.spec.serviceAccountName : (has(object.spec.serviceAccount) && object.spec.serviceAccount != "" ? object.spec.serviceAccount : "default"))) in %s)`,
-				celexpr.List(pairs))})
+			Expression: fmt.Sprintf(`request.operation == "UPDATE" || !(%s in %s)`, podServiceAccount, celexpr.List(whole))})
 	}
 	return conds
+}
+
+// podServiceAccount is the request's namespace/service account of the pod,
+// defaulted as the API server defaults it.
+const podServiceAccount = `(request.namespace + "/" + (has(object.spec.serviceAccountName) && object.spec.serviceAccountName != "" ? ` +
+	`object.spec.serviceAccountName : (has(object.spec.serviceAccount) && object.spec.serviceAccount != "" ? object.spec.serviceAccount : "default")))`
+
+// waives is true for a new pod whose service account exemption waives rule
+// id; "" where none does. An UPDATE is the requester's doing: not exempt.
+func (r *rules) waives(id policy.RuleID) string {
+	pairs := r.waivers.Waiving(id)
+	if len(pairs) == 0 || !r.waivers.Partial() {
+		return ""
+	}
+	return fmt.Sprintf(`(request.operation == "CREATE" && %s in %s)`, podServiceAccount, celexpr.List(pairs))
+}
+
+// unlessWaived guards a validation's expression: it holds for a pod whose
+// exemption waives the rule.
+func (r *rules) unlessWaived(id policy.RuleID, expr string) string {
+	if w := r.waives(id); w != "" {
+		return w + " || " + expr
+	}
+	return expr
 }
 
 // check is one validation: a rule's CEL form.
@@ -198,11 +218,13 @@ func (r *rules) validatingPolicy(name string) *admissionregistrationv1.Validatin
 	var validations []admissionregistrationv1.Validation
 	for _, ch := range r.checks() {
 		if ch.Pod == "" {
-			validations = append(validations, containerValidation(ch))
+			v := containerValidation(ch)
+			v.Expression = r.unlessWaived(ch.rule, v.Expression)
+			validations = append(validations, v)
 			continue
 		}
 		validations = append(validations, admissionregistrationv1.Validation{
-			Expression: "!(" + ch.Pod + ")",
+			Expression: r.unlessWaived(ch.rule, "!("+ch.Pod+")"),
 			Message:    fmt.Sprintf("gpuguard backstop [%s]: %s", ch.rule, ch.Message),
 			Reason:     ptr(metav1.StatusReasonForbidden),
 		})

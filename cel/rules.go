@@ -48,10 +48,16 @@ type rules struct {
 	hasWork string
 	// hasInjectionWork is the MutatingAdmissionPolicy's narrower one.
 	hasInjectionWork string
+	// waivers are the policy's service account exemptions by pair.
+	waivers policy.Waivers
 }
 
 func newRules(p *config.Policy) (*rules, error) {
-	r := &rules{p: p, deviceVars: p.Spec.DeviceVariables(), protected: p.Spec.ProtectedNames()}
+	waivers, err := policy.NewWaivers(&p.Spec)
+	if err != nil {
+		return nil, err
+	}
+	r := &rules{p: p, deviceVars: p.Spec.DeviceVariables(), protected: p.Spec.ProtectedNames(), waivers: waivers}
 	exact, globs := p.Spec.GPUResourcePatterns()
 	var patterns []string
 	for _, g := range globs {

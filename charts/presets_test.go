@@ -26,30 +26,36 @@ type presetCase struct {
 	namespace string
 	want      []string
 	pod       func() *corev1.Pod
+	// gpuFree: the stack needs no GPU, and keeps getting void.
+	gpuFree bool
 }
 
 func presetCases() []presetCase {
 	return []presetCase{
-		{"nvidiaDevicePlugin", nil, "nvidia-device-plugin", []string{"nvdp-nvidia-device-plugin-service-account", "default"}, devicePluginPod},
+		{"nvidiaDevicePlugin", nil, "nvidia-device-plugin", []string{"nvdp-nvidia-device-plugin-service-account"}, devicePluginPod, false},
 		{"nvidiaDevicePlugin", map[string]any{"namespace": "gpu-feature-discovery", "releaseName": "nvidia-device-plugin"},
-			"gpu-feature-discovery", []string{"nvidia-device-plugin-service-account", "default"}, devicePluginPod},
+			"gpu-feature-discovery", []string{"nvidia-device-plugin-service-account"}, devicePluginPod, false},
+		{"nvidiaDevicePlugin", map[string]any{"exemptDefaultServiceAccount": true}, "nvidia-device-plugin",
+			[]string{"nvdp-nvidia-device-plugin-service-account", "default"}, devicePluginPod, false},
 		{"nvidiaDRADriver", nil, "dra-driver-nvidia-gpu", []string{"dra-driver-nvidia-gpu-service-account-kubeletplugin",
-			"dra-driver-nvidia-gpu-service-account-controller", "compute-domain-daemon-service-account"}, draPluginPod},
+			"dra-driver-nvidia-gpu-service-account-controller", "compute-domain-daemon-service-account"}, draPluginPod, false},
 		{"nvidiaDRADriver", map[string]any{"namespace": "nvidia-dra-driver-gpu", "releaseName": "nvidia-dra-driver-gpu", "chartName": "nvidia-dra-driver-gpu"},
 			"nvidia-dra-driver-gpu", []string{"nvidia-dra-driver-gpu-service-account-kubeletplugin",
-				"nvidia-dra-driver-gpu-service-account-controller", "compute-domain-daemon-service-account"}, draPluginPod},
-		{"dcgmExporter", nil, "dcgm-exporter", []string{"dcgm-exporter"}, dcgmExporterPod},
-		{"dcgmExporter", map[string]any{"releaseName": "dcgm-exporter-1712345678"}, "dcgm-exporter", []string{"dcgm-exporter-1712345678"}, dcgmExporterPod},
-		{"nodeExporter", map[string]any{"releaseName": "kps"}, "monitoring", []string{"kps-prometheus-node-exporter"}, nodeExporterPod},
-		{"migManager", nil, "nvidia-mig-manager", []string{"nvidia-mig-manager-service-account"}, migManagerPod},
+				"nvidia-dra-driver-gpu-service-account-controller", "compute-domain-daemon-service-account"}, draPluginPod, false},
+		{"dcgmExporter", nil, "dcgm-exporter", []string{"dcgm-exporter"}, dcgmExporterPod, false},
+		{"dcgmExporter", map[string]any{"releaseName": "dcgm-exporter-1712345678"}, "dcgm-exporter", []string{"dcgm-exporter-1712345678"}, dcgmExporterPod, false},
+		{"nodeExporter", map[string]any{"releaseName": "kps"}, "monitoring", []string{"kps-prometheus-node-exporter"}, nodeExporterPod, true},
+		{"migManager", nil, "nvidia-mig-manager", []string{"nvidia-mig-manager-service-account"}, migManagerPod, false},
 	}
 }
 
 // TestPresets: each preset exempts its namespace paired with the service
 // accounts its upstream chart creates for the given release, never a whole
-// namespace; with it, the stack's pod is admitted unchanged; without it, or
-// in another namespace, or under another service account, gpuguard still
-// acts on the same pod.
+// namespace, and from the rules it names alone; with it, the stack's pod is
+// admitted unchanged (but for void, where the stack needs no GPU); with a
+// CDI annotation no preset waives, it is denied; without the preset, or in
+// another namespace, or under another service account, gpuguard still acts
+// on the same pod.
 func TestPresets(t *testing.T) {
 	c := loadChart(t)
 	for _, pc := range presetCases() {
@@ -76,12 +82,23 @@ func TestPresets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			for _, sa := range p.Spec.Exemptions.ServiceAccounts {
+				if len(sa.Rules) == 0 {
+					t.Errorf("exemption %s/%s waives every rule: a preset names what its stack needs", sa.Namespace, sa.Name)
+				}
+			}
 			pod := pc.pod()
-			if r := admit(t, engine, pod, pc.namespace, pc.want[0]); !r.Allowed || len(r.Patch) > 0 || r.Exempt == "" {
-				t.Errorf("with the preset, the stack's pod must be admitted unchanged as exempt: %+v", r)
+			r := admit(t, engine, pod, pc.namespace, pc.want[0])
+			if !r.Allowed || len(r.Warnings) > 0 || r.AuditAnnotations["waived"] == "" || (len(r.Patch) > 0 && !pc.gpuFree) {
+				t.Errorf("with the preset, the stack's pod must be admitted unchanged under its waiver: %+v", r)
+			}
+			annotated := pod.DeepCopy()
+			annotated.Annotations = map[string]string{"cdi.k8s.io/forged": "nvidia.com/gpu=all"}
+			if r := admit(t, engine, annotated, pc.namespace, pc.want[0]); r.Allowed {
+				t.Errorf("with the preset, the stack's account must still be denied what the preset does not waive: %+v", r)
 			}
 			for _, attack := range []struct{ ns, sa string }{{"tenant", pc.want[0]}, {pc.namespace, "intruder"}} {
-				if r := admit(t, engine, pod, attack.ns, attack.sa); r.Exempt != "" || (r.Allowed && len(r.Patch) == 0) {
+				if r := admit(t, engine, pod, attack.ns, attack.sa); r.Exempt != "" || r.AuditAnnotations["waived"] != "" || (r.Allowed && len(r.Patch) == 0) {
 					t.Errorf("the same pod in %s as %s must still be judged: %+v", attack.ns, attack.sa, r)
 				}
 			}
@@ -306,7 +323,7 @@ func TestGPUOperatorNVIDIADrivers(t *testing.T) {
 	driver := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nvidia-gpu-driver-ubuntu22.04-5f8b9"}, Spec: corev1.PodSpec{
 		Containers: []corev1.Container{{Name: "nvidia-driver-ctr", Image: "driver", SecurityContext: privileged}},
 		Volumes:    []corev1.Volume{hostPath("run-nvidia", "/run/nvidia")}}}
-	if r := admit(t, engine, driver, "nvidia-gpu-operator", "nvidia-gpu-driver-default-ubuntu22.04"); !r.Allowed || r.Exempt == "" {
+	if r := admit(t, engine, driver, "nvidia-gpu-operator", "nvidia-gpu-driver-default-ubuntu22.04"); !r.Allowed || r.AuditAnnotations["waived"] == "" {
 		t.Errorf("the default NVIDIADriver's driver pod must be exempt: %+v", r)
 	}
 	for _, attack := range []struct{ ns, sa string }{{"nvidia-gpu-operator", "nvidia-gpu-driver-other-ubuntu22.04"}, {"tenant", "nvidia-gpu-driver-default-ubuntu22.04"}} {

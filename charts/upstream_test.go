@@ -27,6 +27,8 @@ type upstreamStack struct {
 	// with (denial, warning or void) without the preset. A workload not
 	// listed needs no GPU: it gets void, with or without the preset.
 	want map[string][]policy.RuleID
+	// gpuFree: the stack needs no GPU; with the preset it still gets void.
+	gpuFree bool
 }
 
 // upstreamStacks are the upstream charts this environment can fetch. The
@@ -40,14 +42,27 @@ func upstreamStacks() []upstreamStack {
 				Sum: "h1:3JBGCsq0moOtpqyYHpevGZNcPKmIJeTiL7qSQ/rC71Q=", Dir: "deployments/helm/nvidia-device-plugin"},
 			release: "nvdp", ns: "nvidia-device-plugin",
 			values: map[string]any{"gfd": map[string]any{"enabled": true}},
+			// As its README installs it, without a config: the plugin and
+			// the MPS daemon run as the namespace's default account.
+			preset: "nvidiaDevicePlugin", presetValues: map[string]any{"exemptDefaultServiceAccount": true},
+			want: devicePluginWants,
+		},
+		{
+			name: "nvidia-device-plugin with a config",
+			source: upstreamchart.Source{Module: "github.com/NVIDIA/k8s-device-plugin", Version: "v0.19.0",
+				Sum: "h1:3JBGCsq0moOtpqyYHpevGZNcPKmIJeTiL7qSQ/rC71Q=", Dir: "deployments/helm/nvidia-device-plugin"},
+			release: "nvdp", ns: "nvidia-device-plugin",
+			values: map[string]any{"gfd": map[string]any{"enabled": true}, "config": map[string]any{"map": map[string]any{"default": "version: v1\n"}}},
 			preset: "nvidiaDevicePlugin",
+			// With a config the chart adds its config manager: SYS_ADMIN for
+			// the plugin (it signals the plugin's process) and the MIG
+			// variables for GFD.
 			want: map[string][]policy.RuleID{
-				"DaemonSet/nvdp-nvidia-device-plugin": {policy.RuleDeviceEnv, policy.RuleProtectedEnv, policy.RuleSensitiveHostPath},
-				// GFD writes NFD's features.d under /etc, a system directory: a
-				// tenant writing there would forge the node's labels.
-				"DaemonSet/nvdp-nvidia-device-plugin-gpu-feature-discovery": {policy.RulePrivileged, policy.RuleSensitiveHostPath},
-				"DaemonSet/nvdp-nvidia-device-plugin-mps-control-daemon": {policy.RuleDeviceEnv, policy.RuleNamespaceEntry, policy.RulePrivileged,
-					policy.RuleProtectedEnv, policy.RuleSensitiveHostPath},
+				"DaemonSet/nvdp-nvidia-device-plugin": {policy.RuleCapabilities, policy.RuleDeviceEnv, policy.RuleProtectedEnv,
+					policy.RuleSensitiveHostPath},
+				"DaemonSet/nvdp-nvidia-device-plugin-gpu-feature-discovery": {policy.RulePrivileged, policy.RuleProtectedEnv,
+					policy.RuleSensitiveHostPath},
+				"DaemonSet/nvdp-nvidia-device-plugin-mps-control-daemon": devicePluginWants["DaemonSet/nvdp-nvidia-device-plugin-mps-control-daemon"],
 			},
 		},
 		{
@@ -59,6 +74,7 @@ func upstreamStacks() []upstreamStack {
 				// hostPID, with the capabilities and escalation the chart keeps.
 				"DaemonSet/kps-prometheus-node-exporter": {policy.RuleNamespaceEntry, policy.RuleSensitiveHostPath},
 			},
+			gpuFree: true,
 		},
 		{
 			// The chart's defaults run it as nobody:nogroup with a read-only
@@ -75,8 +91,20 @@ func upstreamStacks() []upstreamStack {
 			want: map[string][]policy.RuleID{
 				"DaemonSet/kps-prometheus-node-exporter": {policy.RuleInjectVoid, policy.RulePinParentGroups},
 			},
+			gpuFree: true,
 		},
 	}
+}
+
+// devicePluginWants are the rules gpuguard acts on the device plugin
+// chart's workloads with, without the preset.
+var devicePluginWants = map[string][]policy.RuleID{
+	"DaemonSet/nvdp-nvidia-device-plugin": {policy.RuleDeviceEnv, policy.RuleProtectedEnv, policy.RuleSensitiveHostPath},
+	// GFD writes NFD's features.d under /etc, a system directory: a
+	// tenant writing there would forge the node's labels.
+	"DaemonSet/nvdp-nvidia-device-plugin-gpu-feature-discovery": {policy.RulePrivileged, policy.RuleSensitiveHostPath},
+	"DaemonSet/nvdp-nvidia-device-plugin-mps-control-daemon": {policy.RuleDeviceEnv, policy.RuleNamespaceEntry, policy.RulePrivileged,
+		policy.RuleProtectedEnv, policy.RuleSensitiveHostPath},
 }
 
 // upstreamWorkload is one pod a rendered chart's controllers would create.
@@ -152,7 +180,11 @@ func TestUpstreamCharts(t *testing.T) {
 				if st.want[w.name] == nil {
 					continue // needs no GPU and no exemption: void does it no harm
 				}
-				if got := firedRules(t, with, w.pod, st.ns, sa); len(got) != 0 {
+				var harmless []policy.RuleID
+				if st.gpuFree {
+					harmless = []policy.RuleID{policy.RuleInjectVoid}
+				}
+				if got := firedRules(t, with, w.pod, st.ns, sa); len(got) != 0 && !slices.Equal(got, harmless) {
 					t.Errorf("%s as %s with the preset: gpuguard acts with %v, want it admitted unchanged", w.name, sa, got)
 				}
 				for _, attack := range []struct{ ns, sa string }{{"tenant", sa}, {st.ns, "intruder"}} {

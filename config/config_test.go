@@ -143,6 +143,18 @@ func TestAdvice(t *testing.T) {
 	if a := config.Advice(p); len(a) != 1 || !strings.Contains(a[0], `namespace "gpu-operator" is exempt`) {
 		t.Errorf("a whole-namespace exemption must be reported as broad, got %v", a)
 	}
+	p, err = config.Parse("p.yaml", []byte(head+"spec:\n  exemptions:\n    serviceAccounts:\n"+
+		"    - {namespace: infra, name: all-rules}\n    - {namespace: infra, name: some, rules: [privileged]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := config.Advice(p); len(a) != 1 || !strings.Contains(a[0], "infra/all-rules is exempt from every rule") {
+		t.Errorf("a service account exempt from every rule must be reported as broad, and one naming its rules not, got %v", a)
+	}
+	if _, err := config.Parse("p.yaml", []byte(head+"spec:\n  exemptions:\n    serviceAccounts:\n    - {namespace: infra, name: a, rules: [\"\"]}\n")); err == nil ||
+		!strings.Contains(err.Error(), "spec.exemptions.serviceAccounts[0].rules[0]") {
+		t.Errorf("an empty rule ID must be refused with its field, got %v", err)
+	}
 }
 
 // TestSpecJSONSchemaCoversEveryField: the schema has every field of the spec,

@@ -176,9 +176,10 @@ type Advisories struct {
 // Exemptions lists requests gpuguard allows untouched.
 type Exemptions struct {
 	// ServiceAccounts exempts pods (and pod templates) of a namespace that run as
-	// a service account. The requesting user says nothing about a workload, whose
-	// pods are created by controllers; the pod's serviceAccountName does.
-	ServiceAccounts []ServiceAccountRef `json:"serviceAccounts"`
+	// a service account, from the rules each entry names. The requesting user
+	// says nothing about a workload, whose pods are created by controllers; the
+	// pod's serviceAccountName does.
+	ServiceAccounts []ServiceAccountExemption `json:"serviceAccounts"`
 	// Namespaces exempts whole namespaces. Allowed, but reported as broad.
 	Namespaces []string `json:"namespaces"`
 	// Usernames exempts requests by these users (humans and tools).
@@ -189,6 +190,24 @@ type Exemptions struct {
 type ServiceAccountRef struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
+}
+
+// ServiceAccountExemption waives rules for the pods of a namespace that run
+// as a service account.
+type ServiceAccountExemption struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Rules are the IDs of the rules waived (`gpuguard rules` lists them);
+	// none means every rule, which is reported as broad. An exemption that
+	// names only what its workload needs leaves the rest of the policy in
+	// force: a DCGM exporter may keep its GPUs without being let run
+	// privileged. Two entries for one pair add up.
+	Rules []string `json:"rules,omitempty"`
+}
+
+// Ref is the pair the exemption is for.
+func (e ServiceAccountExemption) Ref() ServiceAccountRef {
+	return ServiceAccountRef{Namespace: e.Namespace, Name: e.Name}
 }
 
 // Mode is what a violation does.

@@ -216,6 +216,11 @@ func validateExemptions(fld *field.Path, e *Exemptions) field.ErrorList {
 			errs = append(errs, field.Invalid(f.Child("namespace"), sa.Namespace, strings.Join(msgs, "; ")))
 		}
 		errs = append(errs, dnsSubdomain(f.Child("name"), sa.Name)...)
+		for j, rule := range sa.Rules {
+			if rule == "" {
+				errs = append(errs, field.Required(f.Child("rules").Index(j), "a rule ID"))
+			}
+		}
 	}
 	for i, ns := range e.Namespaces {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
@@ -237,6 +242,12 @@ func Advice(p *Policy) []string {
 	for i, ns := range p.Spec.Exemptions.Namespaces {
 		out = append(out, fmt.Sprintf("spec.exemptions.namespaces[%d]: every pod in namespace %q is exempt; "+
 			"prefer serviceAccounts pairs, and make sure tenants cannot create a namespace of that name", i, ns))
+	}
+	for i, sa := range p.Spec.Exemptions.ServiceAccounts {
+		if len(sa.Rules) == 0 {
+			out = append(out, fmt.Sprintf("spec.exemptions.serviceAccounts[%d]: %s/%s is exempt from every rule; "+
+				"name the rules its workload needs in rules", i, sa.Namespace, sa.Name))
+		}
 	}
 	if !p.Spec.InjectVoid {
 		out = append(out, "spec.injectVoid: false: containers without GPU resources keep the image's NVIDIA_VISIBLE_DEVICES (CUDA images say all)")

@@ -341,7 +341,7 @@ func TestWebhookKeepsTheBackstopInSync(t *testing.T) {
 // TestEveryRenderingCompiles has the API server compile (server-side dry-run) the
 // CEL rendered from a policy that turns on every optional part: extra device
 // variables, unprefixed envFrom denied, advisories denied, every exemption kind
-// and the warn mode.
+// (a service account's waiver of some rules among them) and the warn mode.
 func TestEveryRenderingCompiles(t *testing.T) {
 	ctx := context.Background()
 	p, err := config.Parse("every-option.yaml", []byte(`apiVersion: gpuguard.io/v1alpha1
@@ -358,7 +358,9 @@ spec:
   advisories: {privileged: deny, nvidiaRuntimeClass: deny}
   exemptions:
     namespaces: [gpu-operator]
-    serviceAccounts: [{namespace: ci, name: smoke}]
+    serviceAccounts:
+      - {namespace: ci, name: smoke}
+      - {namespace: monitoring, name: exporter, rules: [inject-void, pin-parent-groups, sensitive-hostpath, privileged]}
     usernames: ["system:serviceaccount:ci:deployer"]
 `))
 	if err != nil {

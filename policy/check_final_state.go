@@ -42,7 +42,7 @@ func init() {
 	register(&Rule{
 		ID:      RuleFinalState,
 		Summary: "(validating) a non-GPU container whose effective value is not `void`/`\"\"`",
-		Order:   200, ContainerCheck: checkFinalState,
+		Order:   200, ContainerCheck: checkFinalState, WaivedWith: RuleInjectVoid,
 		// A mirror pod's warning included: mirror pods are not told apart.
 		Trigger: func(in *CELInput) *CELTrigger { return notVoidTrigger(in) },
 		Gap:     "the warning for mirror pods (they are skipped)",

@@ -49,7 +49,7 @@ func init() {
 		ID: RuleVoidHidesGPU,
 		Summary: "warning: a privileged or `SYS_ADMIN` container without a GPU limit, which void leaves without a GPU " +
 			"(GPU infrastructure that needs an exemption)",
-		Order: 195, ContainerCheck: checkVoidHidesGPU,
+		Order: 195, ContainerCheck: checkVoidHidesGPU, WaivedWith: RuleInjectVoid,
 		Trigger: func(in *CELInput) *CELTrigger {
 			// Void reaches such a container whatever injectVoid says
 			// (inject-void). Without the GPU test, which parses quantities: GPU

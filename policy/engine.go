@@ -177,7 +177,7 @@ type Engine struct {
 	runtimeClasses     map[string]bool
 	exemptNamespaces   map[string]bool
 	exemptUsers        map[string]bool
-	exemptSAs          map[config.ServiceAccountRef]bool
+	waivers            Waivers
 	sensitiveHostPaths [][]string // each policy path under every name the host gives it (HostAliases), in the policy's order
 	writeProtected     [][]string // the same for writeProtectedHostPaths
 	writable           [][]string // the same for writableHostPaths
@@ -197,7 +197,6 @@ func New(p *config.Policy) (*Engine, error) {
 		runtimeClasses:   setOf(s.NVIDIARuntimeClasses),
 		exemptNamespaces: setOf(s.Exemptions.Namespaces),
 		exemptUsers:      setOf(s.Exemptions.Usernames),
-		exemptSAs:        map[config.ServiceAccountRef]bool{},
 	}
 	exact, globs := s.GPUResourcePatterns()
 	for _, r := range exact {
@@ -210,9 +209,11 @@ func New(p *config.Policy) (*Engine, error) {
 		v := &s.Env.ProtectedVariables[i]
 		e.protected[v.Name] = v
 	}
-	for _, sa := range s.Exemptions.ServiceAccounts {
-		e.exemptSAs[sa] = true
+	waivers, err := NewWaivers(s)
+	if err != nil {
+		return nil, fmt.Errorf("invalid policy: %w", err)
 	}
+	e.waivers = waivers
 	e.sensitiveHostPaths = aliasesOf(s.SensitiveHostPaths)
 	e.writeProtected = aliasesOf(s.WriteProtectedHostPaths)
 	e.writable = aliasesOf(s.WritableHostPaths)

@@ -38,11 +38,13 @@ func (e *Engine) Evaluate(ctx context.Context, req *Request) Result {
 		return untouched
 	}
 	ev := &evaluation{ctx: ctx, e: e, req: req, t: t, phase: req.Phase, namespace: namespaceOf(req, t)}
-	if exempt := e.exemption(ev.namespace, req.UserInfo.Username, writtenByRequester(req, t), t.spec); exempt != "" {
+	exempt, waived := e.exemption(ev.namespace, req.UserInfo.Username, writtenByRequester(req, t), t.spec)
+	if exempt != "" && waived == nil {
 		untouched.Exempt = exempt
 		untouched.AuditAnnotations = map[string]string{"exempt": exempt}
 		return untouched
 	}
+	ev.waived = waived
 	if !ev.plan() {
 		return untouched
 	}
@@ -51,7 +53,14 @@ func (e *Engine) Evaluate(ctx context.Context, req *Request) Result {
 		ev.report(RuleNamespaceMode, effectWarn, nil, "metadata.labels["+wellknown.ModeLabel+"]", "%s", modeNote)
 	}
 	ev.run()
-	return ev.result(mode)
+	r := ev.result(mode)
+	if waived != nil {
+		if r.AuditAnnotations == nil {
+			r.AuditAnnotations = map[string]string{}
+		}
+		r.AuditAnnotations["waived"] = describeWaiver(exempt, waived)
+	}
+	return r
 }
 
 // plan decides what of the object this request puts up for judgement; false means
@@ -125,14 +134,14 @@ const (
 // their order: pod-level rules, then each container's rules.
 func (ev *evaluation) run() {
 	for _, r := range registry {
-		if r.PodCheck != nil && r.runs(ev.scope) {
+		if r.PodCheck != nil && r.runs(ev.scope) && !ev.waived[r.ID] {
 			r.PodCheck(ev)
 		}
 	}
 	for i := range ev.containers {
 		c := &ev.containers[i]
 		for _, r := range registry {
-			if r.ContainerCheck != nil {
+			if r.ContainerCheck != nil && !ev.waived[r.ID] {
 				r.ContainerCheck(ev, c)
 			}
 		}

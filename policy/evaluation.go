@@ -83,6 +83,9 @@ type evaluation struct {
 	templateVoid []string
 	// pins are the group settings planned by pin-parent-groups.
 	pins groupPins
+	// waived are the rules a service account exemption waives for this
+	// request: they do not run.
+	waived RuleSet
 }
 
 // report records a finding about a container, or about the pod when c is nil.

@@ -44,6 +44,10 @@ type Rule struct {
 	// webhooks nor the backstop. nil from the function means this policy
 	// leaves the rule nothing to do. A rule with a check must have one.
 	Trigger func(in *CELInput) *CELTrigger
+	// WaivedWith names the rule whose result this one judges: an exemption
+	// that waives that rule waives this one too (final-state checks that
+	// inject-void ran, and would deny what its waiver let through).
+	WaivedWith RuleID
 }
 
 // CELInput is what a rule's CEL form is rendered from.

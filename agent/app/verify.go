@@ -76,7 +76,7 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 	// The policy's exemptions, read again every pass; service accounts of
 	// pods with findings are read from the API server and kept.
 	ex := &verifier.Exemptions{Client: a.kube}
-	v.Exempt, v.Fraction = ex.Of, ex.KAIFraction
+	v.Exempt, v.Fraction = ex.OfGPUs, ex.KAIFraction
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

@@ -54,6 +54,8 @@ type Facts struct {
 	Allocated []string
 	// Exempt names the exemption that covers the pod; "" for none.
 	Exempt string
+	// Waived are the rules the exemption waives; nil for every rule.
+	Waived policy.RuleSet
 	// KAIFraction: the fraction container of a pod KAI scheduled, with the
 	// integration on: KAI, not the kubelet, accounts for its GPUs.
 	KAIFraction bool
@@ -126,31 +128,42 @@ func NewRules(p *config.Policy, inv *discovery.Inventory) (*Rules, error) {
 // Decide makes c grant exactly what f says the kubelet allocated.
 func (r *Rules) Decide(c Container, f Facts) Decision {
 	d := Decision{SetEnv: map[string]string{}}
-	if f.Exempt != "" {
+	if f.Exempt != "" && f.Waived == nil {
 		return d
 	}
-	if c.AllDevices {
+	if c.AllDevices && !f.Waived[policy.RulePrivileged] {
 		d.Refuse = "gpuguard: a privileged container sees every GPU of the node whatever the kubelet allocated; drop privileged or exempt its service account"
 		return d
 	}
 	grant := r.gpus.grant(f.Allocated)
 	env, counts := envMap(c.Env)
 	gpu := len(f.Allocated) > 0 || f.KAIFraction
-	if !f.KAIFraction {
+	// Each channel follows the rule that guards it at admission: an
+	// exemption waiving that rule leaves the channel as the pod set it.
+	gpuRule := policy.RuleInjectVoid
+	if len(f.Allocated) > 0 {
+		gpuRule = policy.RuleDeviceEnv
+	}
+	keepGPUs := f.Waived[gpuRule]
+	if !f.KAIFraction && !keepGPUs {
 		r.decideDeviceVariables(&d, env, grant)
 	}
-	for _, name := range slices.Sorted(maps.Keys(env)) {
-		if problem := r.engine.ProtectedEnvProblem(gpu, name, env[name]); problem != "" && !slices.Contains(r.policy.DeviceVariables(), name) {
-			d.RemoveEnv = append(d.RemoveEnv, name)
-			d.Changes = append(d.Changes, "removed "+name+": "+problem)
-		}
+	if !f.Waived[policy.RuleProtectedEnv] {
+		r.decideProtected(&d, env, gpu)
 	}
 	if refuse := r.decideRepeated(&d, env, counts, grant); refuse != "" {
 		return Decision{Refuse: refuse}
 	}
-	r.decideMounts(&d, c.Mounts, grant)
-	r.decideAnnotations(&d, c.Annotations, grant)
+	if !f.Waived[policy.RuleDeviceListMount] {
+		r.decideMounts(&d, c.Mounts, grant)
+	}
+	if !f.Waived[policy.RuleDeviceAnnotation] {
+		r.decideAnnotations(&d, c.Annotations, grant)
+	}
 	for _, dev := range c.Devices {
+		if keepGPUs {
+			break
+		}
 		// Device nodes are left alone where the allocation names devices
 		// gpuguard cannot resolve: it cannot tell which nodes they need.
 		if minor, ok := gpuMinor(dev); ok && !grant.unknown && !grant.minors[minor] {
@@ -159,6 +172,17 @@ func (r *Rules) Decide(c Container, f Facts) Decision {
 		}
 	}
 	return d
+}
+
+// decideProtected removes the protected variables the policy does not allow
+// the container; device variables are decideDeviceVariables' to set.
+func (r *Rules) decideProtected(d *Decision, env map[string]string, gpu bool) {
+	for _, name := range slices.Sorted(maps.Keys(env)) {
+		if problem := r.engine.ProtectedEnvProblem(gpu, name, env[name]); problem != "" && !slices.Contains(r.policy.DeviceVariables(), name) {
+			d.RemoveEnv = append(d.RemoveEnv, name)
+			d.Changes = append(d.Changes, "removed "+name+": "+problem)
+		}
+	}
 }
 
 // decideRepeated handles variables to change that occur more than once.

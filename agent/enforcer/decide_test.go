@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/agent/discovery"
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/policy"
 )
 
 // testNode has two whole GPUs and a third split into two MIG devices.
@@ -100,6 +101,24 @@ func TestDecide(t *testing.T) {
 		{name: "exempt: untouched, privileged or not",
 			c: Container{AllDevices: true, Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, Devices: []string{"/dev/nvidia1"}},
 			f: Facts{Exempt: "namespace gpu-operator"}},
+		{name: "waives inject-void, nothing allocated: the image's all kept",
+			c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, Devices: []string{"/dev/nvidia1"}},
+			f: Facts{Exempt: "service account gpu-infra/dcgm", Waived: policy.RuleSet{policy.RuleInjectVoid: true}}},
+		{name: "waives inject-void, one GPU: all still narrowed (device-env)",
+			c:      Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}},
+			f:      Facts{Allocated: []string{"GPU-a"}, Exempt: "service account gpu-infra/dcgm", Waived: policy.RuleSet{policy.RuleInjectVoid: true}},
+			setEnv: map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-a"}},
+		{name: "waives host paths only: privileged still refused",
+			c: Container{AllDevices: true}, f: Facts{Exempt: "service account monitoring/node-exporter",
+				Waived: policy.RuleSet{policy.RuleSensitiveHostPath: true}}, refuse: true},
+		{name: "waives privileged only: created, and void",
+			c:      Container{AllDevices: true, Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_MIG_CONFIG_DEVICES=all"}},
+			f:      Facts{Exempt: "service account gpu-infra/gfd", Waived: policy.RuleSet{policy.RulePrivileged: true}},
+			setEnv: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void"}, rmEnv: []string{"NVIDIA_MIG_CONFIG_DEVICES"}},
+		{name: "waives protected-env: its variables kept, void still set",
+			c:      Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_MIG_CONFIG_DEVICES=all"}},
+			f:      Facts{Exempt: "service account gpu-infra/mig", Waived: policy.RuleSet{policy.RuleProtectedEnv: true}},
+			setEnv: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := r.Decide(tc.c, tc.f)

@@ -153,7 +153,8 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 		return "error", nil, fmt.Errorf("gpuguard: cannot read the kubelet's GPU allocation for %s: %s", key, err.Error())
 	}
 	c := verifier.Container{ID: ctr.GetId(), Key: key, PodUID: pod.GetUid()}
-	facts := Facts{Exempt: p.Exemptions.Of(ctx, c), KAIFraction: p.Exemptions.KAIFraction(ctx, c) > 0}
+	facts := Facts{KAIFraction: p.Exemptions.KAIFraction(ctx, c) > 0}
+	facts.Exempt, facts.Waived = p.Exemptions.Of(ctx, c)
 	allocated, ok := allocations[key]
 	if !ok && p.Checkpoint != nil {
 		if allocated, _, err = p.Checkpoint.Container(pod.GetUid(), ctr.GetName()); err != nil {
@@ -166,7 +167,7 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 			facts.Allocated = append(facts.Allocated, ids...)
 		}
 	}
-	if facts.Exempt != "" {
+	if facts.Exempt != "" && facts.Waived == nil {
 		log.V(1).Info("exempt", "exemption", facts.Exempt)
 		return "exempt", nil, nil
 	}

@@ -20,8 +20,10 @@ import (
 // CRI does not carry a pod's service account, so the pod is read from the API
 // server, only for a container with a finding, once per pod.
 type Exemptions struct {
-	Namespaces      []string
-	ServiceAccounts []config.ServiceAccountRef
+	Namespaces []string
+	// Waivers are the service account exemptions, with the rules each
+	// waives.
+	Waivers policy.Waivers
 	// KAI is the policy's KAI Scheduler integration: with fractions on, the
 	// fraction container of a pod KAI scheduled may reach as many GPUs as
 	// its fraction spans, without a kubelet allocation.
@@ -46,7 +48,8 @@ func (e *Exemptions) Set(p *config.Policy, extraNamespaces []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.Namespaces = slices.Concat(p.Spec.Exemptions.Namespaces, extraNamespaces)
-	e.ServiceAccounts = p.Spec.Exemptions.ServiceAccounts
+	// A policy in force has been validated: its waivers are well formed.
+	e.Waivers, _ = policy.NewWaivers(&p.Spec)
 	e.KAI = p.Spec.Integrations.KAIScheduler
 }
 
@@ -69,23 +72,44 @@ func (e *Exemptions) KAIFraction(ctx context.Context, c Container) int {
 	return policy.KAIFractionDevices(pod, c.Key.Container, kai.SchedulerNames)
 }
 
-// Of names the exemption covering a container's pod, or "".
-func (e *Exemptions) Of(ctx context.Context, c Container) string {
+// Of names the exemption covering a container's pod, with the rules it
+// waives (nil: every rule), or returns "".
+func (e *Exemptions) Of(ctx context.Context, c Container) (string, policy.RuleSet) {
 	e.mu.Lock()
-	namespaces, accounts := e.Namespaces, e.ServiceAccounts
+	namespaces, waivers := e.Namespaces, e.Waivers
 	e.mu.Unlock()
 	ns := c.Key.Namespace
 	if slices.Contains(namespaces, ns) {
-		return "namespace " + ns
+		return "namespace " + ns, nil
 	}
-	if len(accounts) == 0 || e.Client == nil {
-		return ""
+	if len(waivers) == 0 || e.Client == nil {
+		return "", nil
 	}
 	sa := e.podOf(ctx, c).serviceAccount
-	if sa != "" && slices.Contains(accounts, config.ServiceAccountRef{Namespace: ns, Name: sa}) {
-		return "service account " + ns + "/" + sa
+	if sa == "" {
+		return "", nil
 	}
-	return ""
+	if rules, ok := waivers.Of(config.ServiceAccountRef{Namespace: ns, Name: sa}); ok {
+		return "service account " + ns + "/" + sa, rules
+	}
+	return "", nil
+}
+
+// OfGPUs names the exemption that lets a container reach GPUs the kubelet
+// did not allocate to it, or returns "": one that waives every rule, or the
+// rule admission would have kept those GPUs from it by. With nothing
+// allocated that is inject-void (the image's NVIDIA_VISIBLE_DEVICES=all
+// stands); with an allocation, device-env (a device list of its own).
+func (e *Exemptions) OfGPUs(ctx context.Context, c Container, allocated bool) string {
+	name, rules := e.Of(ctx, c)
+	rule := policy.RuleInjectVoid
+	if allocated {
+		rule = policy.RuleDeviceEnv
+	}
+	if name == "" || (rules != nil && !rules[rule]) {
+		return ""
+	}
+	return name
 }
 
 // podOf reads c's pod from the API server, once per pod; the zero value

@@ -73,8 +73,10 @@ type Verifier struct {
 	IsGPUResource func(string) bool
 	// ProcRoot is the host's /proc (the agent needs the host PID namespace).
 	ProcRoot string
-	// Exempt names the policy exemption covering a container's pod, or "".
-	Exempt func(ctx context.Context, c Container) string
+	// Exempt names the policy exemption that lets a container reach GPUs
+	// it was not allocated, or "" (Exemptions.OfGPUs); allocated says
+	// whether it was allocated any.
+	Exempt func(ctx context.Context, c Container, allocated bool) string
 	// Fraction is how many GPUs a container may reach without an allocation
 	// because a GPU-sharing scheduler gave it a fraction (KAI Scheduler's,
 	// with the policy's integration on); nil means none.
@@ -165,7 +167,7 @@ const UnverifiableGPU = "unverifiable"
 func (v *Verifier) unverifiable(ctx context.Context, c Container) Finding {
 	f := Finding{Container: c, GPU: Reached{UUID: UnverifiableGPU, Path: "/dev"}, SeenBy: SeenByUnverifiable}
 	if v.Exempt != nil {
-		f.Exempt = v.Exempt(ctx, c)
+		f.Exempt = v.Exempt(ctx, c, false)
 	}
 	return f
 }
@@ -227,7 +229,7 @@ func (v *Verifier) judge(ctx context.Context, c Container, reached []Reached, al
 		}
 		f := Finding{Container: c, GPU: r, SeenBy: r.SeenBy, Allocated: sortedKeys(allowed), ReportOnly: reportOnly}
 		if v.Exempt != nil {
-			f.Exempt = v.Exempt(ctx, c)
+			f.Exempt = v.Exempt(ctx, c, len(allowed) > 0)
 		}
 		out = append(out, f)
 	}

@@ -151,7 +151,7 @@ func TestCheckComparesReachWithAllocation(t *testing.T) {
 	pol := config.Default()
 	v := &Verifier{Containers: containers, Allocations: allocs, Table: NewDeviceTable(inv), Resolver: NewGPUResolver(inv),
 		IsGPUResource: pol.Spec.IsGPUResource, ProcRoot: n.procRoot, Self: self,
-		Exempt: (&Exemptions{Namespaces: []string{"gpu-operator"}}).Of}
+		Exempt: (&Exemptions{Namespaces: []string{"gpu-operator"}}).OfGPUs}
 	p, err := v.Check(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -245,6 +245,28 @@ func TestReporterCountsFailedPasses(t *testing.T) {
 	r.Report(context.Background(), Pass{}, errors.New("no CRI socket"))
 	if got := testutil.ToFloat64(r.Metrics.Passes.WithLabelValues("error")); got != 2 {
 		t.Errorf("failed passes = %v, want 2", got)
+	}
+}
+
+// TestExemptFindingsAreCounted: what exemptions let through is counted by
+// exemption, apart from the findings.
+func TestExemptFindingsAreCounted(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	gpu := func(pod, uuid, exempt string) Finding {
+		return Finding{Container: Container{Key: key("gpu-infra", pod, "main")}, GPU: Reached{UUID: uuid}, Exempt: exempt}
+	}
+	m.setFindings([]Finding{gpu("dcgm", "GPU-0", "service account gpu-infra/dcgm"), gpu("dcgm", "GPU-1", "service account gpu-infra/dcgm"),
+		gpu("train", "GPU-2", "KAI Scheduler fraction (1 GPU)"), gpu("leak", "GPU-3", "")})
+	for exemption, want := range map[string]float64{"service account gpu-infra/dcgm": 2, "KAI Scheduler fraction": 1} {
+		if got := testutil.ToFloat64(m.Exempt.WithLabelValues(exemption)); got != want {
+			t.Errorf("exempt access by %q = %v, want %v", exemption, got, want)
+		}
+	}
+	if got := testutil.ToFloat64(m.Unallocated.WithLabelValues("gpu-infra", "leak", "main")); got != 1 {
+		t.Errorf("unexempt finding = %v, want 1", got)
+	}
+	if n := testutil.CollectAndCount(m.Unallocated); n != 1 {
+		t.Errorf("%d finding series, want the unexempt one alone", n)
 	}
 }
 
@@ -353,7 +375,7 @@ func TestKAIFractionsAreNotReported(t *testing.T) {
 		ex := &Exemptions{Client: client}
 		ex.Set(p, nil)
 		v := &Verifier{Containers: containers, Allocations: fakeAllocations{}, Table: NewDeviceTable(inv), Resolver: NewGPUResolver(inv),
-			IsGPUResource: p.Spec.IsGPUResource, ProcRoot: n.procRoot, Exempt: ex.Of, Fraction: ex.KAIFraction}
+			IsGPUResource: p.Spec.IsGPUResource, ProcRoot: n.procRoot, Exempt: ex.OfGPUs, Fraction: ex.KAIFraction}
 		pass, err := v.Check(context.Background())
 		if err != nil {
 			t.Fatal(err)

@@ -147,9 +147,10 @@ with (list RELEASE CHART).
 {{- end -}}
 
 {{/*
-The exemptions of the enabled presets, as a YAML list of {namespace, name}:
-each preset's namespace paired with its service accounts, listed or derived
-from its release name as its upstream chart names them.
+The exemptions of the enabled presets, as a YAML list of {namespace, name,
+rules}: each preset's namespace paired with its service accounts, listed or
+derived from its release name as its upstream chart names them, waiving the
+preset's rules.
 */}}
 {{- define "gpuguard.presetExemptions" -}}
 {{- $ps := .Values.policy.presets -}}
@@ -160,9 +161,13 @@ from its release name as its upstream chart names them.
 {{- $names := $preset.serviceAccounts | default list -}}
 {{- if not $names -}}
 {{- if eq $key "nvidiaDevicePlugin" -}}
+{{- $names = list (printf "%s-service-account" (include "gpuguard.upstreamFullname" (list $preset.releaseName "nvidia-device-plugin"))) -}}
 {{- /* Without a config (config.map or config.name) the chart runs the device
-plugin and the MPS daemon under the namespace's default account. */ -}}
-{{- $names = list (printf "%s-service-account" (include "gpuguard.upstreamFullname" (list $preset.releaseName "nvidia-device-plugin"))) "default" -}}
+plugin and the MPS daemon under the namespace's default account: exempted
+only when asked. */ -}}
+{{- if $preset.exemptDefaultServiceAccount -}}
+{{- $names = append $names "default" -}}
+{{- end -}}
 {{- else if eq $key "nvidiaDRADriver" -}}
 {{- $sa := printf "%s-service-account" (include "gpuguard.upstreamFullname" (list $preset.releaseName $preset.chartName)) -}}
 {{- $names = list (printf "%s-kubeletplugin" $sa) (printf "%s-controller" $sa) "compute-domain-daemon-service-account" -}}
@@ -178,8 +183,11 @@ plugin and the MPS daemon under the namespace's default account. */ -}}
 {{- if not $names -}}
 {{- fail (printf "policy.presets.%s: no service account to exempt; set serviceAccounts" $key) -}}
 {{- end -}}
+{{- if not $preset.rules -}}
+{{- fail (printf "policy.presets.%s.rules: name the rules to waive (gpuguard rules lists them)" $key) -}}
+{{- end -}}
 {{- range $names -}}
-{{- $pairs = append $pairs (dict "namespace" $preset.namespace "name" .) -}}
+{{- $pairs = append $pairs (dict "namespace" $preset.namespace "name" . "rules" $preset.rules) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
