@@ -48,6 +48,8 @@ type Agent struct {
 	// nodeLabels publishes the hardening report; nil unless
 	// --publish-node-labels.
 	nodeLabels *labelPublisher
+	// assessed is what the last hardening assessment found and wrote.
+	assessed assessment
 	// kube records the verifier's Events and evictions; nil without API access.
 	kube kubernetes.Interface
 	// lastPolicy is the last policy the verifier could read; policyErr the
@@ -161,6 +163,9 @@ func (a *Agent) Run(ctx context.Context, reload <-chan struct{}) error {
 		go func() { defer close(held); l.Hold(ctx) }()
 		defer func() { <-held }() // released before Run returns
 	}
+	refreshed := make(chan struct{})
+	go func() { defer close(refreshed); a.refreshHardening(ctx) }()
+	defer func() { <-refreshed }()
 	retry := a.cfg.RetryInterval
 	for {
 		s, err := a.start(ctx)
@@ -228,7 +233,7 @@ func (a *Agent) start(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := a.reportHardening(ctx)
+	in := a.reportHardening(ctx, true)
 	s := &session{}
 	sctx, cancel := context.WithCancel(ctx)
 	s.cancel = cancel
@@ -267,29 +272,6 @@ func (a *Agent) discover() (*discovery.Inventory, error) {
 		}
 	}
 	return inv, nil
-}
-
-// reportHardening reads the toolkit's and containerd's configuration and
-// reports how hardened the node is: logs, metrics and, if asked, node labels.
-func (a *Agent) reportHardening(ctx context.Context) nodereport.Inputs {
-	loc := a.locator()
-	version := a.cfg.ToolkitVersion
-	if version == "" {
-		version = loc.ProbeToolkitVersion(ctx)
-	}
-	in := loc.Collect(version)
-	report := nodereport.BuildReport(in)
-	a.hardening.Set(report)
-	for _, c := range report.Checks {
-		a.log.Info("node hardening check", "check", c.ID, "status", c.Status, "value", c.Value, "detail", c.Detail)
-	}
-	a.log.Info("node hardening report", "hardened", report.Hardened(), "summary", report.String())
-	if a.nodeLabels != nil {
-		if err := a.nodeLabels.publish(ctx, report.Labels()); err != nil {
-			a.log.Error(err, "cannot publish the hardening report as node labels")
-		}
-	}
-	return in
 }
 
 // shouldServe says whether the device plugin serves: not when turned off,

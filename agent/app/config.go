@@ -51,6 +51,9 @@ type Config struct {
 	MetricsAddr       string
 	RetryInterval     time.Duration
 	PublishNodeLabels bool
+	// HardeningInterval is how often the hardening report is computed
+	// again; 0 computes it only at start.
+	HardeningInterval time.Duration
 
 	Verify                 string
 	VerifyInterval         time.Duration
@@ -88,6 +91,7 @@ func DefaultConfig() Config {
 		HealthChecks:        true,
 		MetricsAddr:         ":9465",
 		RetryInterval:       30 * time.Second,
+		HardeningInterval:   time.Minute,
 		Verify:              verifier.ModeReport,
 		VerifyInterval:      10 * time.Second,
 		PodResourcesSocket:  verifier.DefaultPodResourcesSocket,
@@ -138,5 +142,6 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.EnforcerLeaseNamespace, "enforcer-lease-namespace", c.EnforcerLeaseNamespace, "namespace of the Lease the enforcer holds while registered (gpuguard-enforcer-<node>), which the webhook's --inject-void=auto follows (default: $POD_NAMESPACE; none without API access)")
 	fs.BoolVar(&c.Reports, "reports", c.Reports, "also keep the verifier's findings in an OpenReports ClusterReport, gpuguard-node-<node> (needs its CRD)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig for Events and evictions (default: the pod's service account in a cluster; none outside one)")
+	fs.DurationVar(&c.HardeningInterval, "hardening-interval", c.HardeningInterval, "how often the hardening report (and the node labels, when they change) is computed again; a change in the toolkit's or containerd's configuration directory triggers it at once; 0: only at start")
 	fs.BoolVar(&c.PublishNodeLabels, "publish-node-labels", c.PublishNodeLabels, "label this node with the hardening report (gpuguard.io/hardened, node-restriction.kubernetes.io/gpuguard-hardened, gpuguard.io/check.*); needs $NODE_NAME or --node-name, and RBAC to get and patch nodes")
 }

@@ -49,6 +49,9 @@ func (c Config) Validate() error {
 	if c.RetryInterval <= 0 {
 		return fmt.Errorf("retry-interval %s: want a positive duration", c.RetryInterval)
 	}
+	if c.HardeningInterval < 0 {
+		return fmt.Errorf("hardening-interval %s: want a duration of 0 (only at start) or more", c.HardeningInterval)
+	}
 	if c.VerifyInterval < time.Second {
 		return fmt.Errorf("verify-interval %s: want a duration of at least 1s", c.VerifyInterval)
 	}
