@@ -26,6 +26,11 @@ type Options struct {
 	// namespaceSelector: kube-system, kube-node-lease, gpuguard's own namespace
 	// and add-ons that must run while gpuguard cannot.
 	ExcludedNamespaces []string
+	// KAIGuardOnly renders the KAI ConfigMap guard alone: a
+	// ValidatingAdmissionPolicy, served from Kubernetes 1.30, for API
+	// servers without MutatingAdmissionPolicy, where the rest of the
+	// backstop cannot run but KAI's fractions still need their guard.
+	KAIGuardOnly bool
 }
 
 // Policies are the rendered objects.
@@ -43,7 +48,10 @@ type Policies struct {
 
 // Objects lists the rendered objects in the order to apply them.
 func (p *Policies) Objects() []runtime.Object {
-	objs := []runtime.Object{p.Validating, p.ValidatingBinding, p.Mutating, p.MutatingBinding}
+	var objs []runtime.Object
+	if p.Validating != nil {
+		objs = append(objs, p.Validating, p.ValidatingBinding, p.Mutating, p.MutatingBinding)
+	}
 	if p.KAIGuard != nil {
 		objs = append(objs, p.KAIGuard, p.KAIGuardBinding)
 	}
@@ -73,11 +81,14 @@ func Render(p *config.Policy, o Options) (*Policies, error) {
 		validatingMatch.NamespaceSelector.MatchExpressions = append(validatingMatch.NamespaceSelector.MatchExpressions,
 			metav1.LabelSelectorRequirement{Key: wellknown.ModeLabel, Operator: metav1.LabelSelectorOpNotIn, Values: relaxed})
 	}
-	out := &Policies{
-		Validating:        r.validatingPolicy(o.Name),
-		ValidatingBinding: validatingBinding(o.Name, p.Spec.Mode, validatingMatch),
-		Mutating:          r.mutatingPolicy(o.Name),
-		MutatingBinding:   mutatingBinding(o.Name, match),
+	out := &Policies{}
+	if !o.KAIGuardOnly {
+		out = &Policies{
+			Validating:        r.validatingPolicy(o.Name),
+			ValidatingBinding: validatingBinding(o.Name, p.Spec.Mode, validatingMatch),
+			Mutating:          r.mutatingPolicy(o.Name),
+			MutatingBinding:   mutatingBinding(o.Name, match),
+		}
 	}
 	out.KAIGuard, out.KAIGuardBinding = kaiGuard(p, o.Name, match)
 	return out, nil

@@ -141,3 +141,26 @@ func TestRelaxedNamespacesAreLeftToTheWebhook(t *testing.T) {
 		}
 	}
 }
+
+// TestKAIGuardOnly: for API servers without MutatingAdmissionPolicy, the
+// KAI ConfigMap guard is rendered alone, and only while fractions are on.
+func TestKAIGuardOnly(t *testing.T) {
+	p := config.Default()
+	p.Spec.Integrations.KAIScheduler = config.KAIScheduler{Fractions: true, SchedulerNames: []string{"kai-scheduler"},
+		BinderServiceAccounts: []string{"system:serviceaccount:kai-scheduler:binder"}}
+	out, err := Render(p, Options{Name: "b", KAIGuardOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, o := range out.Objects() {
+		kinds = append(kinds, o.GetObjectKind().GroupVersionKind().Kind)
+	}
+	if !slices.Equal(kinds, []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}) || out.KAIGuard.Name != KAIGuardName("b") {
+		t.Errorf("guard alone rendered %v", kinds)
+	}
+	p.Spec.Integrations.KAIScheduler.Fractions = false
+	if out, err := Render(p, Options{Name: "b", KAIGuardOnly: true}); err != nil || len(out.Objects()) != 0 {
+		t.Errorf("without fractions the guard alone is nothing, got %d objects (%v)", len(out.Objects()), err)
+	}
+}

@@ -276,21 +276,43 @@ func TestKAISchedulerPreset(t *testing.T) {
 	spec := map[string]any{"spec": map[string]any{"integrations": map[string]any{"kaiScheduler": map[string]any{"fractions": true}}}}
 	document := map[string]any{"document": "apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\nmetadata:\n  name: d\nspec:\n  integrations:\n    kaiScheduler:\n      fractions: true\n"}
 	noMAP := []string{"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"}
+	noAdmissionPolicies := []string{"apps/v1"} // before Kubernetes 1.30
 	for name, tc := range map[string]struct {
 		policy   map[string]any
 		backstop bool
 		apis     []string
 	}{
-		"the preset, backstop off":                       {preset, false, clusterAPIs},
-		"the preset, backstop on, no MAP in the cluster": {preset, true, noMAP},
-		"policy.spec, backstop off":                      {spec, false, clusterAPIs},
-		"policy.document, no MAP in the cluster":         {document, true, noMAP},
+		"the preset, backstop off":                             {preset, false, clusterAPIs},
+		"policy.spec, backstop off":                            {spec, false, clusterAPIs},
+		"policy.document, no admission policies served":        {document, true, noAdmissionPolicies},
+		"the preset, backstop off, no MAP in the cluster":      {preset, false, noMAP},
+		"the preset, backstop on, no admission policies":       {preset, true, noAdmissionPolicies},
+		"policy.spec, backstop on, no admission policies":      {spec, true, noAdmissionPolicies},
+		"policy.document, backstop off, no MAP in the cluster": {document, false, noMAP},
 	} {
 		values := map[string]any{"backstop": map[string]any{"enabled": tc.backstop}, "policy": tc.policy}
 		_, err := chartrender.Render(c, releaseName, namespace, values, tc.apis...)
 		if err == nil || !strings.Contains(err.Error(), "KAI fractions") {
-			t.Errorf("%s: KAI fractions without the backstop in force must be refused, got %v", name, err)
+			t.Errorf("%s: KAI fractions without their guard in force must be refused, got %v", name, err)
 		}
+	}
+	// Kubernetes 1.30 to 1.35: the guard alone, a ValidatingAdmissionPolicy.
+	for name, policy := range map[string]map[string]any{"the preset": preset, "policy.spec": spec, "policy.document": document} {
+		r, err := chartrender.Render(c, releaseName, namespace, map[string]any{"backstop": map[string]any{"enabled": true}, "policy": policy}, noMAP...)
+		if err != nil {
+			t.Errorf("%s, no MAP in the cluster: the KAI guard alone must be rendered: %v", name, err)
+			continue
+		}
+		if !strings.Contains(r.Raw, "- --cel-backstop-kai-guard-only") || !strings.Contains(r.Raw, "- --cel-backstop\n") {
+			t.Errorf("%s, no MAP in the cluster: the webhook must apply the guard alone", name)
+		}
+		if !strings.Contains(r.Raw, "-backstop-kai-configmaps") || strings.Contains(r.Raw, "mutatingadmissionpolicies") {
+			t.Errorf("%s, no MAP in the cluster: RBAC must name the guard, and no MutatingAdmissionPolicy", name)
+		}
+	}
+	r, err := chartrender.Render(c, releaseName, namespace, map[string]any{"backstop": map[string]any{"enabled": true}}, noMAP...)
+	if err != nil || strings.Contains(r.Raw, "kai-guard-only") || strings.Contains(r.Raw, "- --cel-backstop\n") {
+		t.Errorf("without KAI fractions nothing of the backstop runs where MAP is not served: %v", err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -94,6 +95,65 @@ func TestKAIFractionsThroughTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkKAIPods(t, "backstop alone")
+}
+
+// TestKAIGuardAloneThroughTheAPIServer: on an API server without
+// MutatingAdmissionPolicy (Kubernetes 1.30 to 1.35) the rest of the backstop
+// cannot run, but KAI's fractions still need their ConfigMap guard, a
+// ValidatingAdmissionPolicy. A webhook with --cel-backstop-kai-guard-only
+// applies it alone: tenants are refused the fractions' ConfigMaps, KAI's
+// binder is not, and no other backstop object is written.
+func TestKAIGuardAloneThroughTheAPIServer(t *testing.T) {
+	ctx := context.Background()
+	const name, policyCM = "gpuguard-kai-alone", "gpuguard-kai-alone-policy"
+	p := config.Default()
+	p.Spec.Integrations.KAIScheduler = config.KAIScheduler{Fractions: true, SchedulerNames: []string{"kai-scheduler"},
+		BinderServiceAccounts: []string{kaiBinder}}
+	doc, err := sigsyaml.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cms := s.cp.Client.CoreV1().ConfigMaps(releaseNS)
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: policyCM},
+		Data: map[string]string{config.ConfigMapKey: string(doc)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ar := s.cp.Client.AdmissionregistrationV1()
+	wh := startClusterWebhookOn(t, "gpuguard-kai", policyCM, "--cel-backstop", "--cel-backstop-kai-guard-only",
+		"--cel-backstop-name", name, "--cel-backstop-exclude-namespace", releaseNS)
+	defer func() {
+		_ = wh.Stop()
+		_ = ar.ValidatingAdmissionPolicyBindings().Delete(ctx, cel.KAIGuardName(name), metav1.DeleteOptions{})
+		_ = ar.ValidatingAdmissionPolicies().Delete(ctx, cel.KAIGuardName(name), metav1.DeleteOptions{})
+		_ = cms.Delete(ctx, policyCM, metav1.DeleteOptions{})
+		waitConfigMapGuardGone(t)
+	}()
+	if err := wh.WaitReady(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitConfigMapGuard(t)
+	checkKAIConfigMaps(t)
+	if _, err := ar.ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the guard alone must write no backstop ValidatingAdmissionPolicy: %v", err)
+	}
+	if _, err := ar.MutatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the guard alone must write no MutatingAdmissionPolicy: %v", err)
+	}
+}
+
+// waitConfigMapGuardGone waits until a tenant may write a fraction-named
+// ConfigMap again, so that later tests start without the guard.
+func waitConfigMapGuardGone(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe-shared-gpu-0"}, Data: map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"}}
+	err := framework.Poll(ctx, time.Minute, func() (bool, error) {
+		_, err := s.cp.Client.CoreV1().ConfigMaps(enforceNS).Create(ctx, cm, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Errorf("the KAI ConfigMap guard still acts after its deletion: %v", err)
+	}
 }
 
 // waitConfigMapGuard waits until the API server enforces the backstop's

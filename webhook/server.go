@@ -421,7 +421,7 @@ func registerCertExpiry(dir, name string) error {
 // ErrKAIFractionsNeedGuard: a policy accepts KAI's fractions, but this
 // webhook applies no backstop, so nothing keeps tenants from writing the
 // ConfigMaps a fraction container reads its GPUs from.
-var ErrKAIFractionsNeedGuard = errors.New("integrations.kaiScheduler.fractions: true needs the KAI ConfigMap guard, which this webhook applies only with --cel-backstop (chart: backstop.enabled on Kubernetes 1.36 or later); without it any tenant could write NVIDIA_VISIBLE_DEVICES=all into the ConfigMap a fraction container reads")
+var ErrKAIFractionsNeedGuard = errors.New("integrations.kaiScheduler.fractions: true needs the KAI ConfigMap guard, which this webhook applies only with --cel-backstop (chart: backstop.enabled on Kubernetes 1.30 or later); without it any tenant could write NVIDIA_VISIBLE_DEVICES=all into the ConfigMap a fraction container reads")
 
 // requireNoKAIFractions refuses a policy with KAI fractions on where no
 // guard is applied.

@@ -89,6 +89,7 @@ mounted Secret.`,
 	fl.BoolVar(&o.WriteCertDir, "write-cert-dir", false, "with --cert-secret: write the Secret's certificate and key into --cert-dir (writable, e.g. an emptyDir) as they change, rather than wait for the kubelet to refresh a mounted Secret (a minute or more)")
 	fl.BoolVar(&f.backstop, "cel-backstop", false, "keep the policy's CEL backstop (ValidatingAdmissionPolicy and MutatingAdmissionPolicy) applied in the cluster")
 	fl.StringVar(&f.backstopOptions.Name, "cel-backstop-name", cel.DefaultName, "name of the CEL backstop's policies and bindings")
+	fl.BoolVar(&f.backstopOptions.KAIGuardOnly, "cel-backstop-kai-guard-only", false, "with --cel-backstop, apply only the KAI ConfigMap guard (a ValidatingAdmissionPolicy, Kubernetes 1.30 or later) while the policy turns KAI fractions on: for API servers without MutatingAdmissionPolicy, where the rest of the backstop cannot run")
 	fl.StringVar(&f.opts.BackstopOwner, "cel-backstop-owner", "", "ClusterRole that owns the CEL backstop: deleting it (helm uninstall) garbage-collects the backstop; deleting the webhook configurations does not. Empty: the backstop has no owner")
 	fl.StringArrayVar(&f.opts.UnguardedNamespaces, "unguarded-namespace", nil, "a namespace the webhook configurations leave out (repeatable; the chart passes its excluded namespaces): one that does not exist is reported, since whoever creates it gets an unguarded namespace")
 	fl.StringArrayVar(&f.backstopOptions.ExcludedNamespaces, "cel-backstop-exclude-namespace", nil, "namespace the CEL backstop leaves out (repeatable; kube-system and kube-node-lease always are)")
@@ -131,6 +132,9 @@ func (f *webhookFlags) run(cmd *cobra.Command) error {
 			return &exitError{exitUsage, "--cel-backstop needs an API server; it cannot run with --policy-file"}
 		}
 		f.opts.CELBackstop = &f.backstopOptions
+	}
+	if f.backstopOptions.KAIGuardOnly && !f.backstop {
+		return &exitError{exitUsage, "--cel-backstop-kai-guard-only narrows what --cel-backstop applies: it needs --cel-backstop"}
 	}
 	if f.opts.BackstopOwner != "" && !f.backstop {
 		return &exitError{exitUsage, "--cel-backstop-owner names the owner of the CEL backstop: it needs --cel-backstop"}

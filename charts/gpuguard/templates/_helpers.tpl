@@ -241,16 +241,31 @@ as the operator's getDriverName builds them. Include with the gpuOperator preset
 {{/*
 KAI's fractions, however the policy turns them on (the preset, policy.spec,
 policy.document), need the KAI ConfigMap guard, which the webhook applies with
-the backstop: fail unless the backstop is rendered, not merely enabled (it is
-not on clusters without MutatingAdmissionPolicy). The webhook refuses such a
-policy without it too.
+the backstop, or alone where the API server serves ValidatingAdmissionPolicy
+but not MutatingAdmissionPolicy (Kubernetes 1.30 to 1.35): fail unless one of
+them is rendered, not merely enabled. The webhook refuses such a policy
+without it too.
 */}}
 {{- define "gpuguard.requireKAIGuard" -}}
+{{- if and (eq (include "gpuguard.kaiFractions" .) "true") (ne (include "gpuguard.backstop" .) "true") (ne (include "gpuguard.kaiGuardOnly" .) "true") -}}
+{{- fail "KAI fractions (policy.presets.kaiScheduler, or integrations.kaiScheduler.fractions in the policy) need the KAI ConfigMap guard in force: backstop.enabled=true on Kubernetes 1.30 or later (the guard alone before 1.36, the whole backstop from then), which keeps tenants from writing the ConfigMaps KAI's fractions read NVIDIA_VISIBLE_DEVICES from" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the policy turns KAI's fractions on, however it does. */}}
+{{- define "gpuguard.kaiFractions" -}}
 {{- $spec := fromYaml (include "gpuguard.policySpec" .) -}}
 {{- $kai := get (get $spec "integrations" | default dict) "kaiScheduler" | default dict -}}
-{{- if and (get $kai "fractions") (ne (include "gpuguard.backstop" .) "true") -}}
-{{- fail "KAI fractions (policy.presets.kaiScheduler, or integrations.kaiScheduler.fractions in the policy) need the CEL backstop in force: backstop.enabled=true on Kubernetes 1.36 or later, where its ConfigMap guard keeps tenants from writing the ConfigMaps KAI's fractions read NVIDIA_VISIBLE_DEVICES from" -}}
+{{- ternary "true" "false" (eq (toString (get $kai "fractions")) "true") -}}
 {{- end -}}
+
+{{/*
+"true" where the webhook applies the KAI ConfigMap guard alone: KAI's
+fractions on, backstop.enabled, and an API server that serves
+ValidatingAdmissionPolicy but not MutatingAdmissionPolicy.
+*/}}
+{{- define "gpuguard.kaiGuardOnly" -}}
+{{- and .Values.backstop.enabled (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") (not (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy")) (eq (include "gpuguard.kaiFractions" .) "true") -}}
 {{- end -}}
 
 {{/* The policy's mode: enforce unless set. */}}
