@@ -18,6 +18,7 @@ import (
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 	"github.com/gpuguard/gpuguard/policy"
 )
 
@@ -138,6 +139,69 @@ func TestKAIGuardAloneThroughTheAPIServer(t *testing.T) {
 	}
 	if _, err := ar.MutatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the guard alone must write no MutatingAdmissionPolicy: %v", err)
+	}
+}
+
+// TestKAIFractionsRefusedWithoutTheGuard: a webhook that applies no
+// backstop, given a policy that turns KAI's fractions on, does not put it in
+// force: it says why in a PolicyInvalid Event on the ConfigMap, and the API
+// server's reviews of a KAI-shaped fractional pod are judged by the built-in
+// policy, which denies its ConfigMap reference.
+func TestKAIFractionsRefusedWithoutTheGuard(t *testing.T) {
+	ctx := context.Background()
+	const policyCM = "gpuguard-kai-unguarded-policy"
+	p := config.Default()
+	p.Spec.Integrations.KAIScheduler = config.KAIScheduler{Fractions: true, SchedulerNames: []string{"kai-scheduler"},
+		BinderServiceAccounts: []string{kaiBinder}}
+	doc, err := sigsyaml.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cms := s.cp.Client.CoreV1().ConfigMaps(releaseNS)
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: policyCM},
+		Data: map[string]string{config.ConfigMapKey: string(doc)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wh := startClusterWebhookOn(t, "gpuguard-kai", policyCM)
+	defer func() {
+		_ = wh.Stop()
+		_ = cms.Delete(ctx, policyCM, metav1.DeleteOptions{})
+		s.Configs.PointAt(s.Webhook.Port, s.CA.PEM)
+		if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
+			t.Error(err)
+		}
+		if err := s.waitEnforcing(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := wh.WaitReady(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	err = framework.Poll(ctx, time.Minute, func() (bool, error) {
+		events, err := s.cp.Client.CoreV1().Events(releaseNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + policyCM})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range events.Items {
+			if e.Reason == wellknown.ReasonPolicyInvalid && strings.Contains(e.Message, "KAI ConfigMap guard") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no PolicyInvalid Event naming the KAI guard on the ConfigMap: %v", err)
+	}
+	s.Configs.PointAt(wh.Port, s.CA.PEM)
+	if err := s.Configs.Install(ctx, s.cp.Client); err != nil {
+		t.Fatal(err)
+	}
+	err = framework.Poll(ctx, time.Minute, func() (bool, error) {
+		_, err := s.cp.Client.CoreV1().Pods(enforceNS).Create(ctx, kaiPod("fraction"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "env-value-from"), nil
+	})
+	if err != nil {
+		t.Errorf("a KAI fractional pod must be denied while the fractions are not in force: %v", err)
 	}
 }
 
