@@ -491,6 +491,7 @@ func TestVerifyUsage(t *testing.T) {
 		{"kubeconfig without a cluster", []string{"verify", "-n", "team-a", "--kubeconfig", noCluster}, "empty.kubeconfig: no cluster configured in it"},
 		{"empty namespace", []string{"verify", "-n", "", "--kubeconfig", noCluster}, "--namespace: name a namespace"},
 		{"zero timeout", []string{"verify", "-n", "team-a", "--kubeconfig", noCluster, "--timeout", "0s"}, "--timeout 0s: must be above zero"},
+		{"negative wait", []string{"verify", "-n", "team-a", "--kubeconfig", noCluster, "--wait", "-1s"}, "--wait -1s: must be zero"},
 		{"argument", []string{"verify", "-n", "team-a", "extra"}, `unknown command "extra"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -517,13 +518,22 @@ type apiAnswer struct {
 // whether the request was the dry run verify must send.
 func fakeAPIServer(t *testing.T, a apiAnswer) (kubeconfig string, dryRun *atomic.Bool) {
 	t.Helper()
+	return fakeAPIServerAnswering(t, func(int) apiAnswer { return a })
+}
+
+// fakeAPIServerAnswering answers the nth pod creation (from 1) with
+// answerTo(n).
+func fakeAPIServerAnswering(t *testing.T, answerTo func(n int) apiAnswer) (kubeconfig string, dryRun *atomic.Bool) {
+	t.Helper()
 	dryRun = &atomic.Bool{}
+	var creates atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		if req.Method != http.MethodPost || req.URL.Path != "/api/v1/namespaces/team-a/pods" {
 			http.NotFound(w, req)
 			return
 		}
+		a := answerTo(int(creates.Add(1)))
 		// The body may be JSON or protobuf; both hold the name as is.
 		dryRun.Store(req.URL.Query().Get("dryRun") == "All" && strings.Contains(string(body), "NVIDIA_VISIBLE_DEVICES"))
 		if a.warning != "" {
@@ -611,6 +621,33 @@ func TestVerifyJudgesTheAnswer(t *testing.T) {
 				t.Error("verify must send a dry-run (dryRun=All) create of a pod with NVIDIA_VISIBLE_DEVICES=all")
 			}
 		})
+	}
+}
+
+// TestVerifyWaitsForThePolicy: after a switch to enforce, the webhook
+// applies the policy within seconds; --wait asks again until the denial
+// comes, and without it the first answer stands.
+func TestVerifyWaitsForThePolicy(t *testing.T) {
+	warned := apiAnswer{201, "", "", `gpuguard device-env: spec.containers[0].env[0]: sets NVIDIA_VISIBLE_DEVICES="all" without a GPU limit`, false}
+	denied := apiAnswer{403, "Forbidden", `admission webhook "validate.pods.gpuguard.io" denied the request: gpuguard denied this pod (mode enforce)`, "", false}
+	switchesOnThird := func(n int) apiAnswer {
+		if n < 3 {
+			return warned
+		}
+		return denied
+	}
+	kubeconfig, _ := fakeAPIServerAnswering(t, switchesOnThird)
+	if r := gpuguard(t, "", "verify", "--kubeconfig", kubeconfig, "-n", "team-a"); r.code != 1 {
+		t.Errorf("without --wait: exit %d, want 1 on the first answer\nstdout: %s", r.code, r.stdout)
+	}
+	kubeconfig, _ = fakeAPIServerAnswering(t, switchesOnThird)
+	r := gpuguard(t, "", "verify", "--kubeconfig", kubeconfig, "-n", "team-a", "--wait", "30s")
+	if r.code != 0 || !strings.Contains(r.stdout, "PASS: gpuguard denied") || strings.Contains(r.stdout, "Warning:") {
+		t.Errorf("with --wait: exit %d, want 0 with the denial alone printed\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	kubeconfig, _ = fakeAPIServerAnswering(t, func(int) apiAnswer { return warned })
+	if r := gpuguard(t, "", "verify", "--kubeconfig", kubeconfig, "-n", "team-a", "--wait", "2s"); r.code != 1 || !strings.Contains(r.stdout, "FAIL") {
+		t.Errorf("a policy never in force: exit %d, want 1 after the wait\nstdout: %s", r.code, r.stdout)
 	}
 }
 

@@ -39,6 +39,9 @@ type verifyOptions struct {
 	expect    string
 	kube      kubeconfig.Flags
 	timeout   time.Duration
+	// wait asks again until the answer is the expected one or it passes:
+	// a policy change takes the webhook a few seconds to apply.
+	wait time.Duration
 }
 
 func newVerifyCommand() *cobra.Command {
@@ -63,7 +66,8 @@ It prints the API server's answer and one PASS or FAIL line. Exit status: 0 when
 the answer is the expected one, 1 when it is not or no answer came, 2 for usage
 or configuration errors.`,
 		Example: `  gpuguard verify --namespace ml-team
-  gpuguard verify --namespace ml-team --expect warn --kubeconfig ~/.kube/staging`,
+  gpuguard verify --namespace ml-team --expect warn --kubeconfig ~/.kube/staging
+  gpuguard verify --namespace ml-team --wait 1m   # after a policy change, until it is in force`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.Context(), cmd.OutOrStdout())
@@ -74,6 +78,7 @@ or configuration errors.`,
 	fl.StringVar(&o.expect, "expect", expectDeny, "what gpuguard should do with the pod: "+strings.Join(expectations, ", "))
 	o.kube.AddFlags(fl)
 	fl.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the API server's answer")
+	fl.DurationVar(&o.wait, "wait", 0, "ask again, every second, until the answer is the expected one or this long has passed (after a policy change, which the webhook applies within seconds); 0 asks once")
 	_ = cmd.MarkFlagRequired("namespace")
 	return cmd
 }
@@ -88,19 +93,42 @@ func (o *verifyOptions) run(ctx context.Context, stdout io.Writer) error {
 	if o.timeout <= 0 {
 		return &exitError{exitUsage, fmt.Sprintf("--timeout %v: must be above zero", o.timeout)}
 	}
-	cfg, err := o.restConfig()
-	if err != nil {
-		return &exitError{exitUsage, err.Error()}
+	if o.wait < 0 {
+		return &exitError{exitUsage, fmt.Sprintf("--wait %v: must be zero (ask once) or more", o.wait)}
 	}
-	collected := &warnings.Collector{}
-	cfg.WarningHandler = collected
-	cfg.Timeout = o.timeout
-	client, err := kubernetes.NewForConfig(cfg)
+	cfg, err := o.restConfig()
 	if err != nil {
 		return &exitError{exitUsage, err.Error()}
 	}
 	if ctx == nil {
 		ctx = context.Background()
+	}
+	deadline := time.Now().Add(o.wait)
+	for {
+		a, err := o.ask(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		if _, ok := o.judge(a); ok || a.transport != nil || !time.Now().Before(deadline) {
+			return o.report(stdout, cfg.Host, a)
+		}
+		select {
+		case <-ctx.Done():
+			return o.report(stdout, cfg.Host, a)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// ask sends the dry-run create once and returns the API server's answer.
+func (o *verifyOptions) ask(ctx context.Context, base *rest.Config) (answer, error) {
+	cfg := rest.CopyConfig(base)
+	collected := &warnings.Collector{}
+	cfg.WarningHandler = collected
+	cfg.Timeout = o.timeout
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return answer{}, &exitError{exitUsage, err.Error()}
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
@@ -109,7 +137,7 @@ func (o *verifyOptions) run(ctx context.Context, stdout io.Writer) error {
 	if a.created {
 		a.allGPUs = grantsAllGPUs(pod)
 	}
-	return o.report(stdout, cfg.Host, a)
+	return a, nil
 }
 
 // report prints the answer and the PASS or FAIL line; the FAIL line repeats what
