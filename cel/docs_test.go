@@ -11,9 +11,9 @@ import (
 	"github.com/gpuguard/gpuguard/policy"
 )
 
-var updateDocs = flag.Bool("update-docs", false, "rewrite the generated sections of README.md and docs/cel-backstop.md")
+var updateDocs = flag.Bool("update-docs", false, "rewrite the generated sections of docs/policy.md and docs/cel-backstop.md")
 
-// ruleTable is the README's rule table, from the registry.
+// ruleTable is the rule table of docs/policy.md, from the registry.
 func ruleTable() string {
 	var b strings.Builder
 	b.WriteString("| rule | what it judges (default effect) |\n|---|---|\n")
@@ -39,7 +39,7 @@ func gapTable() string {
 // rewrites them.
 func TestGeneratedDocs(t *testing.T) {
 	for _, doc := range []struct{ path, name, text string }{
-		{"../README.md", "rules", ruleTable()},
+		{"../docs/policy.md", "rules", ruleTable()},
 		{"../docs/cel-backstop.md", "gaps", gapTable()},
 	} {
 		data, err := os.ReadFile(doc.path)

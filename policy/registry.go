@@ -15,7 +15,7 @@ import (
 type Rule struct {
 	ID RuleID
 	// Summary says in one line what the rule judges and its default effect;
-	// the README's rule table is generated from it.
+	// the rule table of docs/policy.md is generated from it.
 	Summary string
 	// Order places the rule among the others: findings, and the backstop's
 	// validations, come in this order.

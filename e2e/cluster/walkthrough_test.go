@@ -37,17 +37,22 @@ type step struct {
 	after func(t *testing.T)
 }
 
-// walkthrough is the README's "Install with Helm" section as a newcomer
+// walkthrough is the README's Install section as a newcomer
 // follows it. A changed number of commands fails the test: a README edit
 // must come with its expected outcome here.
 var walkthrough = []step{
+	// In warn mode; its helm test expects a warning.
 	{block: "install", want: []outcome{succeeds, succeeds, succeeds, outputMatches(`Phase:\s+Succeeded`)},
 		after: func(t *testing.T) { webhookServedFromPods(t); imagesPulledByDigest(t) }},
-	{block: "see-it-work", want: []outcome{succeeds, deniedBy("device-env"),
+	// The would-be denial, admitted with its warning; void in every mode.
+	{block: "see-it-work", want: []outcome{succeeds, warnedBy("device-env"),
 		outputMatches(`"name":"NVIDIA_VISIBLE_DEVICES","value":"void"`)}},
-	{block: "upgrade", want: []outcome{succeeds}, after: webhookServedFromPods},
+	// The candidate policy judges what runs: the warned pod would be denied.
+	{block: "preview", want: []outcome{succeeds, failsWith(`DENY\s+Pod gpuguard-demo/miner`)}},
+	{block: "enforce", want: []outcome{succeeds, outputMatches(`PASS: gpuguard denied`), deniedBy("device-env")},
+		after: webhookServedFromPods},
 	{block: "typo", want: []outcome{failsWith(`additional properties 'injectVoidd' not allowed`)}, after: webhookServedFromPods},
-	{block: "uninstall", want: []outcome{succeeds, succeeds}, after: nothingLeftBehind},
+	{block: "uninstall", want: []outcome{succeeds, succeeds, succeeds}, after: nothingLeftBehind},
 }
 
 // TestREADMEWalkthrough runs the README's Helm commands verbatim, with the
@@ -131,6 +136,19 @@ func failsWith(pattern string) outcome {
 }
 
 // deniedBy wants the command refused by gpuguard's webhook, naming rule.
+// warnedBy wants the command to succeed with a gpuguard warning naming rule.
+func warnedBy(rule string) outcome {
+	return func(out string, err error) string {
+		if err != nil {
+			return fmt.Sprintf("failed: %v; gpuguard should only have warned in warn mode", err)
+		}
+		if !strings.Contains(out, "Warning: gpuguard "+rule+":") {
+			return fmt.Sprintf("admitted, but without a gpuguard warning naming rule %s", rule)
+		}
+		return ""
+	}
+}
+
 func deniedBy(rule string) outcome {
 	return func(out string, err error) string {
 		if err == nil {
@@ -226,7 +244,7 @@ func nothingLeftBlocking(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after helm uninstall, the garbage collector left %v", left)
 	}
-	waitUnguarded(t, "gpuguard-demo")
+	waitUnguarded(t, metav1.NamespaceDefault)
 }
 
 // nothingLeftBehind: besides nothing left blocking pods, nothing gpuguard
@@ -369,6 +387,9 @@ func readmeBlocks(path string) (map[string][]string, error) {
 type shell struct {
 	t   *testing.T
 	env []string
+	// dir is the working directory, as a newcomer's home: files the README
+	// writes (candidate.yaml) stay out of the checkout.
+	dir string
 }
 
 func newShell(t *testing.T) *shell {
@@ -382,7 +403,7 @@ func newShell(t *testing.T) *shell {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &shell{t: t, env: []string{
+	return &shell{t: t, dir: home, env: []string{
 		"PATH=" + filepath.Dir(cli) + ":" + s.assets + ":" + os.Getenv("PATH"),
 		"KUBECONFIG=" + kubeconfig,
 		// helm keeps its cache and configuration under HOME.
@@ -398,7 +419,7 @@ func (sh *shell) run(command string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", command)
-	cmd.Dir = s.root
+	cmd.Dir = sh.dir
 	cmd.Env = sh.env
 	out, err := cmd.CombinedOutput()
 	return string(out), err

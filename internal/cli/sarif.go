@@ -83,8 +83,8 @@ type sarifRegion struct {
 
 const sarifSchema = "https://json.schemastore.org/sarif-2.1.0.json"
 
-// rulesURI documents every rule (the README's rule table).
-const rulesURI = "https://github.com/gpuguard/gpuguard#rules"
+// rulesURI documents every rule (the rule table of docs/policy.md).
+const rulesURI = "https://github.com/gpuguard/gpuguard/blob/main/docs/policy.md#rules"
 
 // stdinURI locates results of documents read from standard input: SARIF
 // consumers need a location, and a pipe has no file name.

@@ -124,7 +124,7 @@ The policy document the ConfigMap holds.
 {{- end -}}
 # gpuguard policy rendered by the Helm chart from its values. Fields left out
 # keep the built-in default policy; a list that is set replaces the default list.
-# Reference: the gpuguard README, section "Policy reference".
+# Reference: the gpuguard docs, docs/policy.md.
 {{ toYaml (dict "apiVersion" "gpuguard.io/v1alpha1" "kind" "GPUGuardPolicy" "metadata" (dict "name" (include "gpuguard.fullname" .)) "spec" $spec) }}
 {{- else -}}
 {{- .Files.Get "files/policy.yaml" -}}
