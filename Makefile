@@ -86,7 +86,7 @@ unit: build-gpuguard
 # Fetched through the Go module proxy (charts/upstream_test.go,
 # docs/compatibility.md).
 upstream-charts:
-	$(GO) test -count=1 -tags upstream -run '^(TestUpstreamCharts|TestUpstreamWorkloadCorpus|TestInfrastructureCorpus|TestCorpusKAIFractions|TestCorpusHAMiShapes)$$' ./charts/
+	$(GO) test -count=1 -tags upstream -run '^(TestUpstreamCharts|TestUpstreamWorkloadCorpus|TestInfrastructureCorpus|TestCorpusKAIFractions|TestCorpusHAMiShapes|TestCheckOnUpstreamMLSamples)$$' ./charts/ .
 
 # System packages, tree size, gofmt, go vet and staticcheck.
 # The system packages' proof comes first: a missing C header fails in seconds.
