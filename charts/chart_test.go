@@ -394,6 +394,22 @@ func decodeAll(t *testing.T, docs []string) []runtime.Object {
 
 func docs(r *rendered, withHooks bool) []string { return r.Documents(withHooks) }
 
+// named is the object of type T and name, which must be there.
+func named[T interface {
+	runtime.Object
+	GetName() string
+}](t *testing.T, objs []runtime.Object, name string) T {
+	t.Helper()
+	for _, o := range findAll[T](objs) {
+		if o.GetName() == name {
+			return o
+		}
+	}
+	var zero T
+	t.Fatalf("no %T named %s", zero, name)
+	return zero
+}
+
 func findAll[T runtime.Object](objs []runtime.Object) []T {
 	var out []T
 	for _, o := range objs {
@@ -568,13 +584,38 @@ func sorted(s []string) []string {
 	return s
 }
 
+// checkController: the controller answers no review and holds what writes.
+func checkController(t *testing.T, dep *appsv1.Deployment) {
+	t.Helper()
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 1 {
+		t.Errorf("controller replicas = %v, want 1", dep.Spec.Replicas)
+	}
+	ps := dep.Spec.Template.Spec
+	if ps.ServiceAccountName != "gpuguard-controller" {
+		t.Errorf("controller runs as %q, want its own account", ps.ServiceAccountName)
+	}
+	ct := ps.Containers[0]
+	args := strings.Join(ct.Args, " ")
+	for _, want := range []string{"--role=control", "--cel-backstop-owner=gpuguard-controller", "--prefilter-webhook=", "--audit-interval=", "--unguarded-namespace="} {
+		if !strings.Contains(args, want) {
+			t.Errorf("controller args lack %s: %q", want, args)
+		}
+	}
+	for _, p := range ct.Ports {
+		if p.Name == "https" {
+			t.Error("the controller answers no review: no https port")
+		}
+	}
+}
+
 // TestWorkloads checks the webhook's availability and security settings and the agent's shape.
 func TestWorkloads(t *testing.T) {
 	c := loadChart(t)
 	for _, rc := range cases {
 		t.Run(rc.name, func(t *testing.T) {
 			objs := decodeAll(t, docs(renderCaseValues(t, c, rc), false))
-			dep := one[*appsv1.Deployment](t, objs)
+			dep := named[*appsv1.Deployment](t, objs, "gpuguard-webhook")
+			checkController(t, named[*appsv1.Deployment](t, objs, "gpuguard-controller"))
 			if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
 				t.Errorf("webhook replicas = %v, want 2", dep.Spec.Replicas)
 			}
@@ -627,11 +668,21 @@ func TestWorkloads(t *testing.T) {
 				t.Errorf("--cert-secret must be set exactly in self-managed mode: %q", args)
 			}
 			if selfManaged {
-				for _, want := range []string{"--cert-secret=" + namespace + "/gpuguard-webhook-tls", "--write-cert-dir", "--mutating-webhook-configuration=gpuguard", "--validating-webhook-configuration=gpuguard"} {
+				for _, want := range []string{"--cert-secret=" + namespace + "/gpuguard-webhook-tls", "--write-cert-dir"} {
 					if !strings.Contains(args, want) {
 						t.Errorf("self-managed: webhook args lack %s", want)
 					}
 				}
+			}
+			// The serving pods write nothing: the controller keeps the
+			// certificate, the backstop, the pre-filter and the audit.
+			for _, leave := range []string{"--prefilter-webhook", "--audit-interval", "--mutating-webhook-configuration", "--unguarded-namespace"} {
+				if strings.Contains(args, leave) {
+					t.Errorf("the serving pods must leave %s to the controller: %q", leave, args)
+				}
+			}
+			if !strings.Contains(args, "--role=serve") {
+				t.Errorf("webhook args lack --role=serve: %q", args)
 			}
 			// Self-managed: the webhook writes the files from its Secret into
 			// a writable emptyDir; otherwise the kubelet mounts the Secret.
@@ -782,6 +833,22 @@ func TestRBAC(t *testing.T) {
 			if rc.name != "custom-policy" { // that policy does not inspect envFrom ConfigMaps
 				want = append(want, rbacRule{"cluster", "", "configmaps", "get", ""})
 			}
+			if rc.name == "node-enforcer" {
+				// injectVoid auto: the GPU nodes' labels and the node
+				// enforcers' Leases.
+				want = append(want, rbacRule{"cluster", "", "nodes", "list", ""}, rbacRule{"cluster", "", "nodes", "watch", ""},
+					rbacRule{ns, "coordination.k8s.io", "leases", "list", ""}, rbacRule{ns, "coordination.k8s.io", "leases", "watch", ""})
+			}
+			selfManaged := !strings.HasPrefix(rc.name, "cert-manager") && rc.name != "existing-secret"
+			// The pods that serve reviews read; they write no admission
+			// configuration and no Secret: the certificate is read from the
+			// one Secret the controller keeps.
+			serving := slices.Clone(want)
+			if selfManaged {
+				for _, v := range []string{"get", "list", "watch"} {
+					serving = append(serving, rbacRule{ns, "", "secrets", v, "gpuguard-webhook-tls"})
+				}
+			}
 			// The background audit: list what exists, write OpenReports, elect through a Lease.
 			for _, r := range []struct{ group, resource string }{{"", "pods"}, {"", "replicationcontrollers"}, {"", "podtemplates"},
 				{"apps", "deployments"}, {"apps", "replicasets"}, {"apps", "statefulsets"}, {"apps", "daemonsets"}, {"batch", "jobs"}, {"batch", "cronjobs"}} {
@@ -806,15 +873,15 @@ func TestRBAC(t *testing.T) {
 					want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, v, "gpuguard-backstop-kai-configmaps"})
 				}
 			}
-			// The backstop's owner: the webhook's own ClusterRole, which only
-			// helm uninstall deletes.
-			want = append(want, rbacRule{"cluster", "rbac.authorization.k8s.io", "clusterroles", "get", "gpuguard-webhook"})
+			// The backstop's owner: the controller's own ClusterRole, which
+			// only helm uninstall deletes.
+			want = append(want, rbacRule{"cluster", "rbac.authorization.k8s.io", "clusterroles", "get", "gpuguard-controller"})
 			// The pre-filter on the pod webhooks (on by default).
 			for _, res := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"} {
 				want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, "get", "gpuguard"},
 					rbacRule{"cluster", "admissionregistration.k8s.io", res, "patch", "gpuguard"})
 			}
-			if !strings.HasPrefix(rc.name, "cert-manager") && rc.name != "existing-secret" {
+			if selfManaged {
 				for _, res := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"} {
 					want = append(want,
 						rbacRule{"cluster", "admissionregistration.k8s.io", res, "list", ""},
@@ -837,13 +904,11 @@ func TestRBAC(t *testing.T) {
 					}
 				}
 			}
-			if rc.name == "node-enforcer" {
-				// injectVoid auto: the GPU nodes' labels and the node
-				// enforcers' Leases.
-				want = append(want, rbacRule{"cluster", "", "nodes", "list", ""}, rbacRule{"cluster", "", "nodes", "watch", ""},
-					rbacRule{ns, "coordination.k8s.io", "leases", "list", ""}, rbacRule{ns, "coordination.k8s.io", "leases", "watch", ""})
+			checkGrants(t, "gpuguard-webhook", got["gpuguard-webhook"], serving)
+			checkGrants(t, "gpuguard-controller", got["gpuguard-controller"], want)
+			if w := writesOfServing(got["gpuguard-webhook"]); len(w) > 0 {
+				t.Errorf("the pods that serve reviews may write %v", w)
 			}
-			checkGrants(t, "gpuguard-webhook", got["gpuguard-webhook"], want)
 			var agentWant []rbacRule
 			if rc.name != "agent-off" {
 				agentWant = append(agentWant, rbacRule{"cluster", "", "events", "create", ""}, rbacRule{"cluster", "", "pods", "get", ""})
@@ -865,11 +930,76 @@ func TestRBAC(t *testing.T) {
 			}
 			checkGrants(t, "gpuguard-agent", got["gpuguard-agent"], agentWant)
 			for sa := range got {
-				if sa != "gpuguard-webhook" && sa != "gpuguard-agent" {
+				if sa != "gpuguard-webhook" && sa != "gpuguard-controller" && sa != "gpuguard-agent" {
 					t.Errorf("unexpected subject %s", sa)
 				}
 			}
 		})
+	}
+}
+
+// writesOfServing lists the grants that would let a pod that serves reviews
+// (reached by anything on the network) change admission: writes of
+// admission configuration, Secrets (the serving certificate) or RBAC.
+func writesOfServing(grants []string) []string {
+	var out []string
+	for _, g := range grants {
+		f := strings.Fields(g) // scope, group/resource, verb[, name]
+		writes := slices.Contains([]string{"create", "patch", "update", "delete"}, f[2])
+		if writes && (strings.HasPrefix(f[1], "admissionregistration.k8s.io/") || f[1] == "/secrets" || strings.HasPrefix(f[1], "rbac.authorization.k8s.io/")) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// TestServingPodsWriteNothingOfAdmission: the separation holds because the
+// controller takes the writes; with it off (everything in the webhook
+// pods) the same check finds them, so it can fail.
+func TestServingPodsWriteNothingOfAdmission(t *testing.T) {
+	c := loadChart(t)
+	for _, separate := range []bool{true, false} {
+		r, err := render(t, c, map[string]any{"webhook": map[string]any{"controller": map[string]any{"enabled": separate}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var grants []string
+		objs := decodeAll(t, docs(r, false))
+		roles := map[string][]rbacv1.PolicyRule{}
+		for _, cr := range findAll[*rbacv1.ClusterRole](objs) {
+			roles["cluster/"+cr.Name] = cr.Rules
+		}
+		for _, ro := range findAll[*rbacv1.Role](objs) {
+			roles["ns/"+ro.Name] = ro.Rules
+		}
+		bindings := map[string]string{}
+		for _, b := range findAll[*rbacv1.ClusterRoleBinding](objs) {
+			bindings["cluster/"+b.RoleRef.Name] = b.Subjects[0].Name
+		}
+		for _, b := range findAll[*rbacv1.RoleBinding](objs) {
+			bindings["ns/"+b.RoleRef.Name] = b.Subjects[0].Name
+		}
+		for key, sa := range bindings {
+			if sa != "gpuguard-webhook" {
+				continue
+			}
+			for _, rule := range roles[key] {
+				for _, g := range rule.APIGroups {
+					for _, res := range rule.Resources {
+						for _, v := range rule.Verbs {
+							grants = append(grants, rbacRule{"x", g, res, v, ""}.String())
+						}
+					}
+				}
+			}
+		}
+		writes := writesOfServing(grants)
+		if separate && len(writes) > 0 {
+			t.Errorf("with the controller, the serving account may write %v", writes)
+		}
+		if !separate && len(writes) == 0 {
+			t.Error("without the controller the serving account holds the writes; the check found none, so it proves nothing")
+		}
 	}
 }
 

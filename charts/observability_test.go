@@ -191,7 +191,19 @@ func describeBuildErrors(err error) string {
 // the peers given, and reaches the API server and DNS.
 func TestNetworkPolicy(t *testing.T) {
 	c := loadChart(t)
-	np := one[*networkingv1.NetworkPolicy](t, decodeAll(t, docs(renderCaseValues(t, c, caseNamed(t, "observability")), false)))
+	objs := decodeAll(t, docs(renderCaseValues(t, c, caseNamed(t, "observability")), false))
+	np := named[*networkingv1.NetworkPolicy](t, objs, "gpuguard-webhook")
+	ctl := named[*networkingv1.NetworkPolicy](t, objs, "gpuguard-controller")
+	for _, rule := range ctl.Spec.Ingress {
+		for _, p := range rule.Ports {
+			if p.Port.IntValue() == 9443 {
+				t.Errorf("the controller answers no review: its NetworkPolicy must not open 9443: %+v", ctl.Spec.Ingress)
+			}
+		}
+	}
+	if len(ctl.Spec.Egress) != 2 {
+		t.Errorf("controller egress: %+v", ctl.Spec.Egress)
+	}
 	if len(np.Spec.Ingress) != 2 || len(np.Spec.Ingress[0].From) != 0 || np.Spec.Ingress[0].Ports[0].Port.IntValue() != 9443 {
 		t.Errorf("the webhook port must stay open to the API server: %+v", np.Spec.Ingress)
 	}

@@ -33,6 +33,9 @@ type reviewInputs struct {
 // the policy: the CEL backstop, and the pre-filter on its pod webhooks.
 func clusterAppliers(mgr manager.Manager, o Options, m *Metrics) []func(context.Context, *config.Policy) error {
 	var apply []func(context.Context, *config.Policy) error
+	if !o.Role.applies() {
+		return nil // a --role=control process applies them
+	}
 	if o.CELBackstop != nil {
 		b := &backstop.Sync{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Options: *o.CELBackstop, Owner: o.BackstopOwner,
 			Syncs: m.BackstopSyncs, Log: o.Log.WithName("backstop")}

@@ -124,6 +124,13 @@ type Options struct {
 	// keep it well under the webhook configurations' timeoutSeconds.
 	APIReadTimeout time.Duration
 
+	// Role splits the webhook's work between two kinds of pods: RoleServe
+	// answers reviews and writes nothing of admission configuration;
+	// RoleControl keeps the certificate, the CEL backstop, the pre-filter
+	// and the background audit, and answers no review. RoleAll (the
+	// default) does both in one process.
+	Role Role
+
 	// RestConfig reaches the API server (not needed standalone).
 	RestConfig *rest.Config
 	Log        logr.Logger
@@ -163,6 +170,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	if o.Role == RoleControl {
+		return runController(ctx, mgr, o, source)
+	}
 	serveCtx := afterDelay(ctx, o.ShutdownDelay)
 	srv := newWebhookServer(o)
 	registerHandlers(srv, newGate(o.limits(), source.Loaded, serveCtx.Done(), m), func(phase policy.Phase) *Handler {
@@ -176,9 +186,14 @@ func Run(ctx context.Context, o Options) error {
 	if err := addProbes(mgr, readiness); err != nil {
 		return err
 	}
-	if o.CertSecret.Name == "" {
+	switch {
+	case o.CertSecret.Name == "":
 		err = mgr.Add(afterPolicy(srv, source))
-	} else {
+	case o.Role == RoleServe:
+		// The controller issues and rotates the certificate; this pod
+		// only reads the Secret.
+		err = servingcert.Follow(mgr, o.servingCert(), afterPolicy(srv, source), o.Log)
+	default:
 		err = servingcert.Add(mgr, o.servingCert(), afterPolicy(srv, source), o.Log)
 	}
 	if err != nil {
@@ -187,8 +202,40 @@ func Run(ctx context.Context, o Options) error {
 	return mgr.Start(serveCtx)
 }
 
+// runController runs RoleControl: the policy, and what the webhook keeps in
+// the cluster, with no review server. Ready once a policy is loaded.
+func runController(ctx context.Context, mgr manager.Manager, o Options, source *policysource.Source) error {
+	if err := addProbes(mgr, map[string]healthz.Checker{"policy": source.Ready, "stopping": notStopping(ctx)}); err != nil {
+		return err
+	}
+	if o.CertSecret.Name != "" {
+		idle := manager.RunnableFunc(func(ctx context.Context) error { <-ctx.Done(); return nil })
+		if err := servingcert.Add(mgr, o.servingCert(), idle, o.Log); err != nil {
+			return err
+		}
+	}
+	return mgr.Start(ctx)
+}
+
+// Role is what a webhook process does (--role).
+type Role string
+
+// The roles.
+const (
+	RoleAll     Role = "all"
+	RoleServe   Role = "serve"
+	RoleControl Role = "control"
+)
+
+// applies says whether the role writes what the webhook keeps in the
+// cluster (the CEL backstop, the pre-filter, the background audit).
+func (r Role) applies() bool { return r != RoleServe }
+
 func (o Options) validate() error {
 	if err := o.limits().Validate(); err != nil {
+		return err
+	}
+	if err := o.validateRole(); err != nil {
 		return err
 	}
 	if o.EnforcerLeaseNamespace != "" && o.InjectVoid != InjectAuto {
@@ -214,6 +261,24 @@ func (o Options) validate() error {
 	}
 	if o.RestConfig == nil {
 		return errors.New("no API server configuration: give --kubeconfig, run in a cluster, or use --policy-file")
+	}
+	return nil
+}
+
+// validateRole refuses settings the role cannot carry out.
+func (o Options) validateRole() error {
+	switch o.Role {
+	case "", RoleAll:
+	case RoleServe:
+		if len(o.PrefilterWebhooks) > 0 || o.Audit != nil {
+			return errors.New("--role=serve writes nothing to the cluster: --prefilter-webhook and --audit-interval belong to the --role=control process")
+		}
+	case RoleControl:
+		if o.PolicyFile != "" {
+			return errors.New("--role=control keeps objects in a cluster and needs an API server; it cannot run with --policy-file")
+		}
+	default:
+		return fmt.Errorf("--role %q: want all, serve or control", o.Role)
 	}
 	return nil
 }

@@ -25,10 +25,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/internal/manifest"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/webhook/backgroundaudit"
 )
 
 // server is a standalone gpuguard webhook running in this process on real TLS.
@@ -357,5 +359,34 @@ func TestKAIFractionsRefusedWithoutGuard(t *testing.T) {
 		PolicyFile: file, ProbeAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), Log: logr.Discard()})
 	if !errors.Is(err, ErrKAIFractionsNeedGuard) {
 		t.Fatalf("Run with KAI fractions and no backstop: %v, want %v", err, ErrKAIFractionsNeedGuard)
+	}
+}
+
+// TestRoleSettings: a serving pod writes nothing, so the settings that
+// write belong to the controller; a controller needs an API server.
+func TestRoleSettings(t *testing.T) {
+	base := Options{PolicyConfigMap: types.NamespacedName{Namespace: "gpuguard", Name: "policy"}, RestConfig: &rest.Config{Host: "https://x"}}
+	for _, tc := range []struct {
+		name    string
+		edit    func(o *Options)
+		wantErr string
+	}{
+		{"all, the default", func(o *Options) {}, ""},
+		{"serve", func(o *Options) { o.Role = RoleServe }, ""},
+		{"serve with the pre-filter", func(o *Options) { o.Role = RoleServe; o.PrefilterWebhooks = []string{"w"} }, "--role=serve writes nothing"},
+		{"serve with the audit", func(o *Options) { o.Role = RoleServe; o.Audit = &backgroundaudit.Options{} }, "--role=serve writes nothing"},
+		{"control", func(o *Options) { o.Role = RoleControl; o.PrefilterWebhooks = []string{"w"} }, ""},
+		{"control standalone", func(o *Options) { o.Role = RoleControl; o.PolicyFile = BuiltinPolicy }, "needs an API server"},
+		{"unknown", func(o *Options) { o.Role = "writer" }, `--role "writer"`},
+	} {
+		o := base
+		tc.edit(&o)
+		err := o.validate()
+		if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.wantErr)
+		}
+	}
+	if RoleServe.applies() || !RoleControl.applies() || !RoleAll.applies() {
+		t.Error("only a serving pod leaves the cluster's objects to another")
 	}
 }

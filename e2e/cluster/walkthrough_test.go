@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,7 +44,7 @@ type step struct {
 var walkthrough = []step{
 	// In warn mode; its helm test expects a warning.
 	{block: "install", want: []outcome{succeeds, succeeds, succeeds, outputMatches(`Phase:\s+Succeeded`)},
-		after: func(t *testing.T) { webhookServedFromPods(t); imagesPulledByDigest(t) }},
+		after: func(t *testing.T) { webhookServedFromPods(t); imagesPulledByDigest(t); servingPodsWriteNothing(t) }},
 	// The would-be denial, admitted with its warning; void in every mode.
 	{block: "see-it-work", want: []outcome{succeeds, warnedBy("device-env"),
 		outputMatches(`"name":"NVIDIA_VISIBLE_DEVICES","value":"void"`)}},
@@ -136,6 +137,39 @@ func failsWith(pattern string) outcome {
 }
 
 // deniedBy wants the command refused by gpuguard's webhook, naming rule.
+// servingPodsWriteNothing asks the API server's authorizer what the chart's
+// accounts may do: the serving pods' account may not write gpuguard's webhook
+// configurations, its CEL backstop or its serving certificate's Secret; the
+// controller's may (else nothing would keep them, and the check would prove
+// nothing).
+func servingPodsWriteNothing(t *testing.T) {
+	ctx := context.Background()
+	can := func(sa string, a authorizationv1.ResourceAttributes) bool {
+		review, err := s.cp.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: "system:serviceaccount:gpuguard:" + sa,
+				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:gpuguard"}, ResourceAttributes: &a}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return review.Status.Allowed
+	}
+	writes := []authorizationv1.ResourceAttributes{
+		{Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "gpuguard", Verb: "patch"},
+		{Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations", Name: "gpuguard", Verb: "update"},
+		{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies", Name: "gpuguard-backstop", Verb: "patch"},
+		{Group: "admissionregistration.k8s.io", Resource: "mutatingadmissionpolicies", Name: "gpuguard-backstop", Verb: "patch"},
+		{Resource: "secrets", Namespace: "gpuguard", Name: "gpuguard-webhook-tls", Verb: "update"},
+	}
+	for _, w := range writes {
+		if can("gpuguard-webhook", w) {
+			t.Errorf("the serving pods' account may %s %s/%s", w.Verb, w.Resource, w.Name)
+		}
+		if !can("gpuguard-controller", w) {
+			t.Errorf("the controller's account may not %s %s/%s: nothing keeps it", w.Verb, w.Resource, w.Name)
+		}
+	}
+}
+
 // warnedBy wants the command to succeed with a gpuguard warning naming rule.
 func warnedBy(rule string) outcome {
 	return func(out string, err error) string {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -32,13 +33,20 @@ type DirWriter struct {
 	// files maps a Secret key to the file it is written to.
 	files map[string]string
 	log   logr.Logger
+	// written is closed, once, when the files first hold the Secret's.
+	written chan struct{}
+	once    sync.Once
 }
 
 // NewDirWriter writes o.Secret's certificate and key into o.Dir.
 func NewDirWriter(client kubernetes.Interface, o Options, log logr.Logger) *DirWriter {
 	return &DirWriter{client: client, secret: o.Secret, dir: o.Dir,
-		files: map[string]string{"tls.crt": o.CertName, "tls.key": o.KeyName}, log: log}
+		files: map[string]string{"tls.crt": o.CertName, "tls.key": o.KeyName}, log: log, written: make(chan struct{})}
 }
+
+// Written is closed once the directory holds the Secret's certificate and
+// key.
+func (w *DirWriter) Written() <-chan struct{} { return w.written }
 
 // NeedLeaderElection is false: every replica needs its own files.
 func (w *DirWriter) NeedLeaderElection() bool { return false }
@@ -85,6 +93,19 @@ func (w *DirWriter) onSecret(obj any) {
 	if written {
 		w.log.Info("serving certificate written from the Secret", "secret", w.secret.String(), "dir", w.dir)
 	}
+	if complete(secret, w.files) {
+		w.once.Do(func() { close(w.written) })
+	}
+}
+
+// complete says whether the Secret holds every file.
+func complete(secret *corev1.Secret, files map[string]string) bool {
+	for key := range files {
+		if len(secret.Data[key]) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // write writes the Secret's certificate and key when both are there and

@@ -64,3 +64,30 @@ func TestCertDirWriterReportsUnwritableDir(t *testing.T) {
 		t.Fatal("want an error for a directory that does not exist")
 	}
 }
+
+// TestWrittenOnceTheSecretIsFilled: a serving pod that follows the
+// controller's Secret starts serving only once the files hold a
+// certificate and key, not on the empty Secret the chart creates.
+func TestWrittenOnceTheSecretIsFilled(t *testing.T) {
+	w := NewDirWriter(nil, Options{Dir: t.TempDir(), CertName: "tls.crt", KeyName: "tls.key",
+		Secret: types.NamespacedName{Namespace: "gpuguard", Name: "tls"}}, logr.Discard())
+	isWritten := func() bool {
+		select {
+		case <-w.Written():
+			return true
+		default:
+			return false
+		}
+	}
+	w.onSecret(&corev1.Secret{})
+	w.onSecret(&corev1.Secret{Data: map[string][]byte{"tls.key": []byte("k")}})
+	if isWritten() {
+		t.Fatal("written before the Secret held both files")
+	}
+	filled := &corev1.Secret{Data: map[string][]byte{"tls.crt": []byte("c"), "tls.key": []byte("k")}}
+	w.onSecret(filled)
+	w.onSecret(filled) // unchanged: no second close
+	if !isWritten() {
+		t.Fatal("not written once the Secret held both files")
+	}
+}

@@ -78,3 +78,26 @@ func Add(mgr manager.Manager, o Options, serve manager.Runnable, log logr.Logger
 		}
 	}))
 }
+
+// Follow writes o.Secret into o.Dir as it changes (another process, the
+// webhook's controller, issues and rotates it), and adds serve once the
+// first certificate is written: a serving pod that needs no grant to write
+// the Secret or the webhook configurations.
+func Follow(mgr manager.Manager, o Options, serve manager.Runnable, log logr.Logger) error {
+	client, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	w := NewDirWriter(client, o, log.WithName("cert-dir"))
+	if err := mgr.Add(w); err != nil {
+		return err
+	}
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		select {
+		case <-w.Written():
+			return mgr.Add(serve)
+		case <-ctx.Done():
+			return nil
+		}
+	}))
+}

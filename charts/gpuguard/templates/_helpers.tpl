@@ -57,6 +57,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "gpuguard.webhookName" -}}{{ include "gpuguard.fullname" . }}-webhook{{- end -}}
+{{- define "gpuguard.controllerName" -}}{{ include "gpuguard.fullname" . }}-controller{{- end -}}
+{{/* The ClusterRole that owns the CEL backstop: that of the pods that apply it. */}}
+{{- define "gpuguard.backstopOwner" -}}
+{{- if .Values.webhook.controller.enabled }}{{ include "gpuguard.controllerName" . }}{{ else }}{{ include "gpuguard.webhookName" . }}{{ end -}}
+{{- end -}}
 {{- define "gpuguard.agentName" -}}{{ include "gpuguard.fullname" . }}-agent{{- end -}}
 {{- define "gpuguard.webhookConfigName" -}}{{ include "gpuguard.fullname" . }}{{- end -}}
 {{- define "gpuguard.policyConfigMap" -}}{{ .Values.policy.configMapName | default (printf "%s-policy" (include "gpuguard.fullname" .)) }}{{- end -}}
