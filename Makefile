@@ -20,7 +20,7 @@ export GOFLAGS := $(strip $(filter-out -trimpath,$(GOFLAGS)) -trimpath)
 
 E2E_TIMEOUT ?= 40m
 
-.PHONY: all help deps deps-check check-tree build build-gpuguard build-agent test unit lint fuzz bench e2e upstream demo bench-e2e clean images push images-reproducible upstream-charts
+.PHONY: all help deps deps-check check-tree build build-gpuguard build-agent test unit lint fuzz bench e2e upstream demo bench-e2e clean images push images-reproducible upstream-charts dist
 
 # Both binaries, into bin/.
 all: build
@@ -66,6 +66,11 @@ images:
 
 # Push the images and the chart, pinned to them by digest, to REGISTRY.
 # REGISTRY is host[:port][/path]; PLAIN_HTTP=1 for a registry without TLS.
+# The CLI's release archives (linux, darwin, windows), SHA256SUMS and the krew
+# plugin manifest, into _output/dist (hack/release dist; docs/release.md).
+dist:
+	$(GO) run ./hack/release dist --out _output/dist
+
 push: images
 	@if [ -z "$(REGISTRY)" ]; then echo "usage: make push REGISTRY=host[:port][/path] [PLAIN_HTTP=1]" >&2; exit 2; fi
 	$(GO) run ./hack/release push --registry $(REGISTRY) --layout $(IMAGES) $(if $(PLAIN_HTTP),--plain-http)

@@ -3,6 +3,7 @@
 //
 //	go run ./hack/release images [--out DIR] [--platforms linux/amd64,linux/arm64]
 //	go run ./hack/release push --registry REGISTRY [--layout DIR] [--plain-http]
+//	go run ./hack/release dist [--out DIR] [--platforms LIST] [--download-base URL]
 //
 // images writes both images, as multi-platform OCI image indexes with an
 // SPDX SBOM attached to each platform's image, into an OCI image layout, and
@@ -11,7 +12,9 @@
 // pushes the chart, with both images pinned by digest in its values, to
 // oci://REGISTRY/charts/gpuguard. Credentials are those of docker login and
 // helm registry login; a registry with a private CA is trusted through
-// SSL_CERT_FILE. `make images` and `make push REGISTRY=...` run these.
+// SSL_CERT_FILE. dist writes the CLI's release archives (one per platform,
+// the binary and the LICENSE), SHA256SUMS and the krew plugin manifest.
+// `make images`, `make push REGISTRY=...` and `make dist` run these.
 package main
 
 import (
@@ -21,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -43,6 +47,8 @@ func main() {
 		err = images(ctx, os.Args[2:])
 	case "push":
 		err = push(ctx, os.Args[2:])
+	case "dist":
+		err = dist(ctx, os.Args[2:])
 	default:
 		usage()
 	}
@@ -53,7 +59,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: release images [--out DIR] [--platforms LIST] | release push --registry REGISTRY [--layout DIR] [--plain-http]")
+	fmt.Fprintln(os.Stderr, "usage: release images [--out DIR] [--platforms LIST] | release push --registry REGISTRY [--layout DIR] [--plain-http] | release dist [--out DIR] [--platforms LIST] [--download-base URL]")
 	os.Exit(2)
 }
 
@@ -125,5 +131,44 @@ func push(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("chart %s --version %s (%s)\n\nhelm install gpuguard %s --version %s -n gpuguard --wait\n",
 		chart.Ref, chart.Version, chart.Digest, chart.Ref, chart.Version)
+	return nil
+}
+
+func dist(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("dist", flag.ExitOnError)
+	out := fs.String("out", filepath.Join("_output", "dist"), "directory to write the archives, SHA256SUMS and gpuguard.yaml to (replaced)")
+	var all []string
+	for _, p := range release.CLIPlatforms {
+		all = append(all, p.String())
+	}
+	platformList := fs.String("platforms", strings.Join(all, ","), "platforms to build, comma-separated")
+	base := fs.String("download-base", "", "URL the krew manifest downloads the archives from (default: the GitHub release of this version)")
+	_ = fs.Parse(args)
+	platforms, err := release.ParseCLIPlatforms(*platformList)
+	if err != nil {
+		return err
+	}
+	root, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	src, err := release.ReadSource(root)
+	if err != nil {
+		return fmt.Errorf("run it from the repository root: %w", err)
+	}
+	work, err := os.MkdirTemp("", "gpuguard-dist-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	archives, err := release.Dist(ctx, src, platforms, *out, work, *base)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s:\n", *out)
+	for _, a := range archives {
+		fmt.Printf("  %s  %s\n", a.SHA256, a.File)
+	}
+	fmt.Println("  SHA256SUMS\n  gpuguard.yaml (krew plugin manifest)")
 	return nil
 }
