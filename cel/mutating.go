@@ -7,6 +7,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 	"github.com/gpuguard/gpuguard/policy"
 	"github.com/gpuguard/gpuguard/policy/celexpr"
 )
@@ -23,6 +24,7 @@ func (r *rules) mutatingPolicy(name string) *admissionregistrationv1.MutatingAdm
 	for _, l := range containerLists {
 		patches = append(patches, r.voidPatches(l))
 	}
+	patches = append(patches, r.voidAnnotation())
 	if pins := policy.ParentGroupPinsCEL(r.input()); pins != "" {
 		if w := r.waives(policy.RulePinParentGroups); w != "" {
 			pins = fmt.Sprintf("(%s ? [] : %s)", w, pins)
@@ -47,8 +49,8 @@ func (r *rules) mutatingPolicy(name string) *admissionregistrationv1.MutatingAdm
 	}
 }
 
-// voidPatches is a CEL list of JSON Patch operations for one container list.
-func (r *rules) voidPatches(l containerList) string {
+// needsVoid is the CEL condition that container c of list l gets void.
+func (r *rules) needsVoid(l containerList) string {
 	judged := `request.operation == "CREATE"`
 	if l.field == "ephemeralContainers" {
 		judged = `(request.operation == "CREATE" || !(has(oldObject.spec.ephemeralContainers) && oldObject.spec.ephemeralContainers.exists(o, o.name == c.name)))`
@@ -66,6 +68,28 @@ func (r *rules) voidPatches(l containerList) string {
 		// says (inject-void).
 		needs = policy.ToolkitPrivilegedCEL + " && " + needs
 	}
+	return needs
+}
+
+// voidAnnotation is a CEL list of the JSON Patch operation that names, in
+// wellknown.VoidAnnotation, the containers of a new pod that get void, as
+// the webhook does; empty when none does. A pod is created without
+// ephemeral containers, and their updates take no annotation.
+func (r *rules) voidAnnotation() string {
+	var names []string
+	for _, l := range containerLists[:2] {
+		names = append(names, fmt.Sprintf(`(has(object.spec.%[1]s) ? object.spec.%[1]s.filter(c, %[2]s).map(c, c.name) : [])`, l.field, r.needsVoid(l)))
+	}
+	key := celexpr.Str(wellknown.VoidAnnotation)
+	pointer := celexpr.Str("/metadata/annotations/" + strings.ReplaceAll(wellknown.VoidAnnotation, "/", "~1"))
+	return fmt.Sprintf(`[%[1]s].map(names, names.join(",")).filter(v, v != "").map(v, has(object.metadata.annotations) ? `+
+		`JSONPatch{op: "add", path: %[2]s, value: v} : JSONPatch{op: "add", path: "/metadata/annotations", value: {%[3]s: v}})`,
+		strings.Join(names, " + "), pointer, key)
+}
+
+// voidPatches is a CEL list of JSON Patch operations for one container list.
+func (r *rules) voidPatches(l containerList) string {
+	needs := r.needsVoid(l)
 	path := fmt.Sprintf(`"/spec/%s/" + string(i) + "/env"`, l.field)
 	entry := func(n string) string {
 		return fmt.Sprintf(`Object.spec.%s.env{name: %s, value: "void"}`, l.field, celexpr.Str(n))

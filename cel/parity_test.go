@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"maps"
 	"regexp"
 	"slices"
@@ -13,11 +12,13 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apiserver/pkg/admission"
 
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/cel/celeval"
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 	"github.com/gpuguard/gpuguard/policy"
 	"github.com/gpuguard/gpuguard/testsupport/fixtures"
 )
@@ -243,6 +244,18 @@ func compareDevices(t *testing.T, req policy.Request, want policy.Result, got *c
 	if g, w := groupsPolicy(got), groupsPolicy(expected.(*corev1.Pod)); g != w {
 		t.Errorf("supplementalGroupsPolicy %s with the backstop, %s with the engine", g, w)
 	}
+	if g, w := voidAnnotation(got), voidAnnotation(expected.(*corev1.Pod)); g != w {
+		t.Errorf("annotation %s=%s with the backstop, %s with the engine", wellknown.VoidAnnotation, g, w)
+	}
+}
+
+// voidAnnotation shows the containers the pod's annotation names as voided,
+// or <unset>.
+func voidAnnotation(p *corev1.Pod) string {
+	if v, ok := p.Annotations[wellknown.VoidAnnotation]; ok {
+		return v
+	}
+	return "<unset>"
 }
 
 // runAsGroup and groupsPolicy show what pin-parent-groups sets, or <unset>.

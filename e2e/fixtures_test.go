@@ -26,6 +26,7 @@ import (
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/e2e/framework"
 	"github.com/gpuguard/gpuguard/internal/manifest"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 	"github.com/gpuguard/gpuguard/policy"
 	"github.com/gpuguard/gpuguard/testsupport/fixtures"
 )
@@ -269,6 +270,10 @@ func storedAndExpected(t *testing.T, pod *corev1.Pod, want policy.Result, create
 	// The groups pin-parent-groups sets are the same too.
 	if g, w := framework.PinnedGroups(s), framework.PinnedGroups(e); g != w {
 		t.Errorf("stored with supplementalGroupsPolicy and runAsGroups %s, the engine computes %s", g, w)
+	}
+	// And the annotation naming the containers given void.
+	if g, w := s.Annotations[wellknown.VoidAnnotation], e.Annotations[wellknown.VoidAnnotation]; g != w {
+		t.Errorf("stored with %s=%q, the engine computes %q", wellknown.VoidAnnotation, g, w)
 	}
 	return append(s.Spec.InitContainers, s.Spec.Containers...), append(e.Spec.InitContainers, e.Spec.Containers...)
 }

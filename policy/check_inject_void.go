@@ -78,7 +78,8 @@ func init() {
 	register(&Rule{
 		ID: RuleInjectVoid,
 		Summary: "(mutation) `NVIDIA_VISIBLE_DEVICES=void` appended to every non-GPU container whose effective value is not `void`/`\"\"` " +
-			"(with `injectVoid` off, to those the toolkit counts as privileged); GPU containers are never touched; idempotent",
+			"(with `injectVoid` off, to those the toolkit counts as privileged), and a new pod annotated `gpuguard.io/void` with their names; " +
+			"GPU containers are never touched; idempotent",
 		// Its CEL form is the backstop's MutatingAdmissionPolicy.
 		Order: 190, ContainerCheck: injectVoid,
 		Trigger: func(in *CELInput) *CELTrigger {

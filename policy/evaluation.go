@@ -9,9 +9,11 @@ import (
 	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuguard/gpuguard/config"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
 // effect is what a finding does before the mode is applied.
@@ -201,6 +203,36 @@ func (ev *evaluation) patch() []jsonpatch.Operation {
 	return ops
 }
 
+// voidAnnotation is the patch that names, in wellknown.VoidAnnotation, the
+// containers of a new pod that gpuguard gave void; nothing when none got
+// it. An ephemeral container's update gets none: that subresource takes
+// only the ephemeral containers from a request.
+func (ev *evaluation) voidAnnotation() []jsonpatch.Operation {
+	if ev.req.Operation != admissionv1.Create {
+		return nil
+	}
+	var names []string
+	for k, c := range ev.containers {
+		// Appended by inject-void, or "none" rewritten by device-env.
+		if ed := ev.edits[k]; ed != nil && (len(ed.add) > 0 || len(ed.replace) > 0) {
+			names = append(names, c.c.Name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	value := strings.Join(names, ",")
+	if len(ev.t.meta.Annotations) == 0 {
+		return []jsonpatch.Operation{jsonpatch.NewOperation("add", "/metadata/annotations", map[string]string{wellknown.VoidAnnotation: value})}
+	}
+	return []jsonpatch.Operation{jsonpatch.NewOperation("add", "/metadata/annotations/"+escapePointer(wellknown.VoidAnnotation), value)}
+}
+
+// escapePointer escapes a JSON Pointer reference token (RFC 6901).
+func escapePointer(token string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(token, "~", "~0"), "/", "~1")
+}
+
 // keptEnv is env with the edits applied: values replaced, entries removed,
 // entries added.
 func (ed *envEdits) keptEnv(env []corev1.EnvVar) []corev1.EnvVar {
@@ -261,7 +293,7 @@ func (ev *evaluation) result(mode config.Mode) Result {
 	}
 	r.Allowed = !r.denied()
 	if r.Allowed && ev.mutable {
-		r.Patch = ev.patch()
+		r.Patch = append(ev.patch(), ev.voidAnnotation()...)
 		if !ev.pins.empty() {
 			r.Patch = append(ev.pins.patch(ev.t.spec, ev.containers), r.Patch...)
 			// The validating phase sees the pod pinned and says nothing of it.

@@ -266,9 +266,10 @@ func TestPatchOrder(t *testing.T) {
 		"replace /spec/containers/0/env/0/value",
 		"remove /spec/containers/0/env/3",
 		"remove /spec/containers/0/env/1",
+		"add /metadata/annotations",
 	}
 	// The rewritten "none" is the last remaining NVIDIA_VISIBLE_DEVICES entry, so
-	// nothing needs appending.
+	// nothing needs appending; the annotation names the container it voided.
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("patch:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}

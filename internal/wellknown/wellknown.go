@@ -41,6 +41,13 @@ const (
 	CheckLabelPrefix = Domain + "/check."
 )
 
+// VoidAnnotation on a pod names, comma-separated in spec order, the
+// containers gpuguard's admission gave NVIDIA_VISIBLE_DEVICES=void (the
+// webhook and the backstop's MutatingAdmissionPolicy alike): the answer to
+// "why does my pod see no GPU". Written at a pod's creation; informational,
+// never read back: a pod could set it itself.
+const VoidAnnotation = Domain + "/void"
+
 // Labels on the objects gpuguard writes, so that its own can be found (and
 // stale ones removed). The component says which part wrote it.
 const (
