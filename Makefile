@@ -155,7 +155,7 @@ e2e-cluster: upstream node-binaries
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/cluster/
 
 # A whole single-node cluster with gpuguard's image loaded (root; Ctrl-C stops it).
-# For following the README's "Install with Helm" without a cluster of one's own.
+# For following the README's "Install" without a cluster of one's own.
 cluster: node-binaries
 	$(GO) run ./hack/localcluster
 

@@ -10,6 +10,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
 	"testing"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
@@ -27,7 +28,13 @@ type suite struct {
 	// through registryCA.
 	published  framework.Published
 	registryCA string
+	registry   *framework.Registry
+	// registryPassword is registryUser's, for the README's repositories.
+	registryPassword string
 }
+
+// registryUser is who the newcomer logs in to the registry as.
+const registryUser = "newcomer"
 
 func TestMain(m *testing.M) {
 	framework.RunRootSuite(m, "e2e/cluster", run)
@@ -40,7 +47,11 @@ func run(m *testing.M, root string) (int, error) {
 		return 1, err
 	}
 	interrupt.SetStop(func(ctx context.Context) { _ = lc.Stop(ctx) })
-	s = &suite{root: root, assets: lc.Assets, cp: lc.CP, node: lc.Node, published: lc.Published, registryCA: lc.Registry.CAFile}
+	s = &suite{root: root, assets: lc.Assets, cp: lc.CP, node: lc.Node, published: lc.Published, registryCA: lc.Registry.CAFile, registry: lc.Registry,
+		registryPassword: rand.Text()}
+	// What the README publishes goes where a team's own registry keeps it:
+	// behind credentials, which only an image pull secret gives the node.
+	lc.Registry.Protect(readmePath, registryUser, s.registryPassword)
 	code := m.Run()
 	return code, lc.Stop(context.Background())
 }

@@ -5,12 +5,14 @@ package cluster
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +23,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
 	"github.com/gpuguard/gpuguard/internal/wellknown"
@@ -36,14 +42,32 @@ type step struct {
 	block string
 	want  []outcome
 	after func(t *testing.T)
+	// publish: the block builds and pushes from the repository (make
+	// images, make push), with the machine's Go environment, to the
+	// cluster's registry in place of the README's registry.example.com.
+	publish bool
 }
+
+// readmeRegistry is the registry the README names, and the path in the
+// cluster's registry that stands for it.
+const (
+	readmeRegistry = "registry.example.com/platform"
+	readmePath     = "platform"
+)
+
+// readmeRelease is what the README's publish block pushed: the rest of the
+// walkthrough installs it.
+var readmeRelease framework.Published
 
 // walkthrough is the README's Install section as a newcomer
 // follows it. A changed number of commands fails the test: a README edit
 // must come with its expected outcome here.
 var walkthrough = []step{
+	// Both platforms' images and the chart, built and pushed as a release is.
+	{block: "publish", publish: true, want: []outcome{outputMatches(`/gpuguard-agent@sha256:[0-9a-f]{64}`), succeeds},
+		after: pushedImages},
 	// In warn mode; its helm test expects a warning.
-	{block: "install", want: []outcome{succeeds, succeeds, succeeds, outputMatches(`Phase:\s+Succeeded`)},
+	{block: "install", want: []outcome{succeeds, succeeds, succeeds, succeeds, outputMatches(`Phase:\s+Succeeded`)},
 		after: func(t *testing.T) { webhookServedFromPods(t); imagesPulledByDigest(t); servingPodsWriteNothing(t) }},
 	// The would-be denial, admitted with its warning; void in every mode.
 	{block: "see-it-work", want: []outcome{succeeds, warnedBy("device-env"),
@@ -69,6 +93,11 @@ func TestREADMEWalkthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for name := range blocks {
+		if !slices.ContainsFunc(walkthrough, func(st step) bool { return st.block == name }) {
+			t.Fatalf("README block %q is marked as run by e2e/cluster, which has no step for it: add it to walkthrough", name)
+		}
+	}
 	sh := newShell(t)
 	// A walkthrough that fails midway leaves the release behind; the next
 	// test needs a cluster without it.
@@ -88,7 +117,13 @@ func TestREADMEWalkthrough(t *testing.T) {
 		}
 		for i, cmd := range cmds {
 			start := time.Now()
-			out, err := sh.run(cmd)
+			var out string
+			var err error
+			if st.publish {
+				out, err = sh.publish(cmd)
+			} else {
+				out, err = sh.run(cmd)
+			}
 			if msg := st.want[i](out, err); msg != "" {
 				t.Fatalf("README %s: `%s`: %s\noutput:\n%s\n%s", st.block, cmd, msg, out, s.node.LogTails())
 			}
@@ -223,7 +258,7 @@ func webhookServedFromPods(t *testing.T) {
 // digest the registry holds, and the webhook's pods were pulled from there.
 func imagesPulledByDigest(t *testing.T) {
 	ctx := context.Background()
-	want := map[string]string{"webhook": s.published.GPUGuard, "agent": s.published.Agent}
+	want := map[string]string{"webhook": readmeRelease.GPUGuard, "agent": readmeRelease.Agent}
 	deploy, err := s.cp.Client.AppsV1().Deployments("gpuguard").Get(ctx, "gpuguard-webhook", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -245,8 +280,8 @@ func imagesPulledByDigest(t *testing.T) {
 	}
 	for _, p := range pods.Items {
 		for _, st := range p.Status.ContainerStatuses {
-			if !strings.HasPrefix(st.ImageID, s.published.Registry+"/gpuguard@sha256:") {
-				t.Errorf("pod %s container %s: image ID %q is not from the registry %s", p.Name, st.Name, st.ImageID, s.published.Registry)
+			if !strings.HasPrefix(st.ImageID, readmeRelease.Registry+"/gpuguard@sha256:") {
+				t.Errorf("pod %s container %s: image ID %q is not from the registry %s", p.Name, st.Name, st.ImageID, readmeRelease.Registry)
 			}
 		}
 	}
@@ -432,6 +467,12 @@ func newShell(t *testing.T) *shell {
 		t.Fatal(err)
 	}
 	home := t.TempDir()
+	// The newcomer has logged in to the registry (docker login): helm and
+	// make push read the credentials there, and the README makes the
+	// image pull secret from them.
+	if err := framework.WriteDockerConfig(filepath.Join(home, ".docker"), s.published.Registry, registryUser, s.registryPassword); err != nil {
+		t.Fatal(err)
+	}
 	// The gpuguard CLI, as `make build` gives it.
 	cli, err := framework.BuildGPUGuard(s.root, t.TempDir())
 	if err != nil {
@@ -449,6 +490,27 @@ func newShell(t *testing.T) *shell {
 	}}
 }
 
+// publish runs a command of the README's publish block at the repository's
+// root, as its reader would: with this machine's environment (its Go build
+// cache among it) and the cluster's registry, trusted through its CA, for
+// the README's. Then the walkthrough's REGISTRY is where it pushed.
+func (sh *shell) publish(command string) (string, error) {
+	registry := s.published.Registry + "/" + readmePath
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", strings.ReplaceAll(command, readmeRegistry, registry))
+	cmd.Dir = s.root
+	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+s.registryCA, "DOCKER_CONFIG="+filepath.Join(sh.dir, ".docker"))
+	out, err := cmd.CombinedOutput()
+	readmeRelease.Registry = registry
+	sh.setEnv("REGISTRY", registry)
+	return string(out), errors.Join(err, parsePushed(string(out), &readmeRelease))
+}
+
+func (sh *shell) setEnv(key, value string) {
+	sh.env = append(slices.DeleteFunc(sh.env, func(kv string) bool { return strings.HasPrefix(kv, key+"=") }), key+"="+value)
+}
+
 func (sh *shell) run(command string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -457,4 +519,56 @@ func (sh *shell) run(command string) (string, error) {
 	cmd.Env = sh.env
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// pushedRef is an image make push printed it pushed, by digest.
+var pushedRef = regexp.MustCompile(`(?m)^\s+(\S+/(gpuguard|gpuguard-agent)@sha256:[0-9a-f]{64})$`)
+
+// parsePushed reads both images' references from make push's output.
+func parsePushed(out string, p *framework.Published) error {
+	for _, m := range pushedRef.FindAllStringSubmatch(out, -1) {
+		switch m[2] {
+		case "gpuguard":
+			p.GPUGuard = m[1]
+		case "gpuguard-agent":
+			p.Agent = m[1]
+		}
+	}
+	if p.GPUGuard == "" || p.Agent == "" {
+		return errors.New("make push did not print both images by digest")
+	}
+	return nil
+}
+
+// pushedImages: what the README's block pushed is both images, each an
+// index for every platform a release has, in the cluster's registry.
+func pushedImages(t *testing.T) {
+	for _, image := range []string{readmeRelease.GPUGuard, readmeRelease.Agent} {
+		if !strings.HasPrefix(image, readmeRelease.Registry+"/") {
+			t.Fatalf("%s was not pushed to %s", image, readmeRelease.Registry)
+		}
+		ref, err := name.NewDigest(image)
+		if err != nil {
+			t.Fatal(err)
+		}
+		index, err := remote.Index(ref, remote.WithTransport(s.registry.Transport()),
+			remote.WithAuth(&authn.Basic{Username: registryUser, Password: s.registryPassword}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifest, err := index.IndexManifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var platforms []string
+		for _, m := range manifest.Manifests {
+			if m.Platform != nil {
+				platforms = append(platforms, m.Platform.OS+"/"+m.Platform.Architecture)
+			}
+		}
+		slices.Sort(platforms)
+		if !slices.Equal(platforms, []string{"linux/amd64", "linux/arm64"}) {
+			t.Errorf("%s is an index of %v, want linux/amd64 and linux/arm64", image, platforms)
+		}
+	}
 }

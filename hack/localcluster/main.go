@@ -1,7 +1,7 @@
 // Command localcluster runs a whole single-node Kubernetes cluster on this
 // machine, built from the pinned sources (make node-binaries), with a
 // registry on loopback holding gpuguard's images and chart, so that the README's
-// "Install with Helm" can be followed without a cluster of one's own.
+// "Install" can be followed without a cluster of one's own.
 // It writes _output/kubeconfig, prints what to export, and runs until
 // interrupted; then it stops everything and removes what it made. Needs root.
 //
@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -51,9 +52,15 @@ func run() error {
 	}
 	kubeconfig := filepath.Join(root, "_output", "kubeconfig")
 	registryCA := filepath.Join(root, "_output", "registry-ca.crt")
+	dockerConfig := filepath.Join(root, "_output", "docker")
 	err = writeKubeconfig(lc, kubeconfig)
 	if err == nil {
 		err = copyForSudoUser(lc.Registry.CAFile, registryCA)
+	}
+	if err == nil {
+		// A registry as a team's is: behind credentials, which the README's
+		// image pull secret takes from docker login's file.
+		err = loginToRegistry(lc, dockerConfig)
 	}
 	if err == nil {
 		fmt.Printf(`
@@ -64,15 +71,30 @@ node, so the chart's agent stays off it (docs/cluster-e2e.md shows how the
 tests run it on the fake GPUs). In another terminal, from the repository root:
 
   export KUBECONFIG=%[1]s PATH=%[2]s:$PATH
-  export REGISTRY=%[3]s SSL_CERT_FILE=%[4]s
+  export REGISTRY=%[3]s SSL_CERT_FILE=%[4]s DOCKER_CONFIG=%[5]s
 
-then follow "Install with Helm" in the README. Ctrl-C stops the cluster and
-removes what it made.
-`, kubeconfig, lc.Assets, lc.Published.Registry, registryCA)
+then follow "Install" in the README from step 1. The registry needs the
+credentials DOCKER_CONFIG holds, as if docker login had written them.
+Ctrl-C stops the cluster and removes what it made.
+`, kubeconfig, lc.Assets, lc.Published.Registry, registryCA, dockerConfig)
 		<-ctx.Done()
 		fmt.Println("\nStopping the cluster...")
 	}
-	return errors.Join(err, lc.Stop(context.Background()), removeIfExists(kubeconfig), removeIfExists(registryCA))
+	return errors.Join(err, lc.Stop(context.Background()), removeIfExists(kubeconfig), removeIfExists(registryCA), os.RemoveAll(dockerConfig))
+}
+
+// loginToRegistry protects the whole registry with credentials of its own
+// and writes them where docker login would, into dir.
+func loginToRegistry(lc *framework.LocalCluster, dir string) error {
+	user, password := "newcomer", rand.Text()
+	if err := framework.WriteDockerConfig(dir, lc.Published.Registry, user, password); err != nil {
+		return err
+	}
+	if err := errors.Join(chownToSudoUser(dir), chownToSudoUser(filepath.Join(dir, "config.json"))); err != nil {
+		return err
+	}
+	lc.Registry.Protect("", user, password)
+	return nil
 }
 
 // writeKubeconfig writes an administrator's kubeconfig with its certificates
