@@ -73,17 +73,17 @@ func (r *rules) needsVoid(l containerList) string {
 
 // voidAnnotation is a CEL list of the JSON Patch operation that names, in
 // wellknown.VoidAnnotation, the containers of a new pod that get void, as
-// the webhook does; empty when none does. A pod is created without
-// ephemeral containers, and their updates take no annotation.
+// the webhook does; empty when none does. Updates (of ephemeral containers)
+// take no annotation: that subresource takes only the containers.
 func (r *rules) voidAnnotation() string {
 	var names []string
-	for _, l := range containerLists[:2] {
+	for _, l := range containerLists {
 		names = append(names, fmt.Sprintf(`(has(object.spec.%[1]s) ? object.spec.%[1]s.filter(c, %[2]s).map(c, c.name) : [])`, l.field, r.needsVoid(l)))
 	}
 	key := celexpr.Str(wellknown.VoidAnnotation)
 	pointer := celexpr.Str("/metadata/annotations/" + strings.ReplaceAll(wellknown.VoidAnnotation, "/", "~1"))
-	return fmt.Sprintf(`[%[1]s].map(names, names.join(",")).filter(v, v != "").map(v, has(object.metadata.annotations) ? `+
-		`JSONPatch{op: "add", path: %[2]s, value: v} : JSONPatch{op: "add", path: "/metadata/annotations", value: {%[3]s: v}})`,
+	return fmt.Sprintf(`(request.operation != "CREATE" ? [] : [%[1]s].map(names, names.join(",")).filter(v, v != "").map(v, has(object.metadata.annotations) ? `+
+		`JSONPatch{op: "add", path: %[2]s, value: v} : JSONPatch{op: "add", path: "/metadata/annotations", value: {%[3]s: v}}))`,
 		strings.Join(names, " + "), pointer, key)
 }
 

@@ -218,10 +218,12 @@ func (ev *evaluation) voidAnnotation() []jsonpatch.Operation {
 			names = append(names, c.c.Name)
 		}
 	}
-	if len(names) == 0 {
+	value := strings.Join(names, ",")
+	if value == "" {
+		// None, or only a nameless container, which the API server refuses
+		// anyway: the backstop writes nothing for it either.
 		return nil
 	}
-	value := strings.Join(names, ",")
 	if len(ev.t.meta.Annotations) == 0 {
 		return []jsonpatch.Operation{jsonpatch.NewOperation("add", "/metadata/annotations", map[string]string{wellknown.VoidAnnotation: value})}
 	}
