@@ -20,7 +20,7 @@ export GOFLAGS := $(strip $(filter-out -trimpath,$(GOFLAGS)) -trimpath)
 
 E2E_TIMEOUT ?= 40m
 
-.PHONY: all help deps deps-check check-tree build build-gpuguard build-agent test unit lint fuzz bench e2e upstream demo bench-e2e clean images push images-reproducible upstream-charts dist
+.PHONY: all help deps deps-check check-tree build build-gpuguard build-agent test unit lint fuzz bench e2e upstream demo bench-e2e scale clean images push images-reproducible upstream-charts dist
 
 # Both binaries, into bin/.
 all: build
@@ -133,6 +133,14 @@ upstream:
 e2e: upstream node-binaries
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./e2e/ ./e2e/node/
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./e2e/cluster/
+	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/scale/
+
+# The scale suite at the fleet size of docs/reliability.md: KWOK's simulated
+# GPU nodes against a real kube-apiserver, the background audit measured
+# (make e2e runs it on a small fleet). Not part of make test.
+SCALE_FLEET ?= -scale.nodes=1000 -scale.pods=30000 -scale.namespaces=300
+scale: upstream
+	$(GO) test -tags e2e -count=1 -timeout 90m -v -run . ./e2e/scale/ -args $(SCALE_FLEET)
 
 .PHONY: node-binaries e2e-node demo-node e2e-cluster cluster
 

@@ -2,7 +2,7 @@
 # Builds the upstream binaries the end-to-end suites run, from pinned sources
 # fetched through the Go module proxy (release tarballs are not reachable):
 #   kube-apiserver (and kubelet with KUBELET=1) from k8s.io/kubernetes,
-#   etcd from go.etcd.io/etcd/server/v3;
+#   etcd from go.etcd.io/etcd/server/v3, kwok from sigs.k8s.io/kwok (e2e/scale);
 # with CLUSTER=1 also what a whole cluster needs (e2e/cluster):
 #   kube-controller-manager, kube-scheduler, kube-proxy and kubectl,
 #   helm from helm.sh/helm/v3, and the CNI plugins bridge, host-local and
@@ -103,6 +103,17 @@ if [ "${KUBELET:-0}" = 1 ] || [ "${CLUSTER:-0}" = 1 ]; then kube+=(kubelet); fi
 if [ "${CLUSTER:-0}" = 1 ]; then kube+=(kube-controller-manager kube-scheduler kube-proxy kubectl); fi
 build_etcd
 build_kube "${kube[@]}"
+build_tool kwok sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+# KWOK runs no stage of its own: the module's "fast" stages (nodes Ready at
+# once, heartbeats through Leases; pods Running at once, gone on deletion).
+if [ ! -f "$bin/kwok-stages.yaml" ] || [ "$(cat "$bin/kwok-stages.version" 2>/dev/null)" != "$KWOK_VERSION" ]; then
+  kwok_dir=$(cd "$work/kwok-$KWOK_VERSION" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+  for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+    pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+    echo "---"; cat "$kwok_dir/kustomize/stage/$f.yaml"
+  done > "$bin/kwok-stages.yaml"
+  echo "$KWOK_VERSION" > "$bin/kwok-stages.version"
+fi
 if [ "${CLUSTER:-0}" = 1 ]; then
   build_tool helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
     "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"

@@ -117,7 +117,7 @@ func watchCluster(mgr manager.Manager, o Options, source *policysource.Source, m
 	}
 	if o.Audit != nil {
 		runner, err := backgroundaudit.New(mgr, source, o.PolicyConfigMap.Namespace, *o.Audit,
-			backgroundaudit.Metrics{Runs: m.AuditRuns, Objects: m.AuditObjects}, o.Log.WithName("audit"))
+			backgroundaudit.Metrics{Runs: m.AuditRuns, Objects: m.AuditObjects, Duration: m.AuditDuration}, o.Log.WithName("audit"))
 		if err != nil {
 			return reviewInputs{}, err
 		}

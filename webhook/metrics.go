@@ -31,6 +31,7 @@ type Metrics struct {
 	InjectionOff       prometheus.Gauge
 	AuditRuns          *prometheus.CounterVec
 	AuditObjects       *prometheus.GaugeVec
+	AuditDuration      prometheus.Gauge
 	Refused            *prometheus.CounterVec
 }
 
@@ -45,7 +46,7 @@ func DefaultMetrics() *Metrics {
 		metrics = NewMetrics()
 		ctrlmetrics.Registry.MustRegister(metrics.Decisions, metrics.ByNamespace.vec, metrics.Evaluation, metrics.PolicyReloads,
 			metrics.PolicyInfo, metrics.MissingExemptNS, metrics.MissingUnguardedNS, metrics.PolicyFallback, metrics.ConfigMapLookups, metrics.BackstopSyncs, metrics.PrefilterSyncs, metrics.InjectionOff,
-			metrics.AuditRuns, metrics.AuditObjects, metrics.Refused)
+			metrics.AuditRuns, metrics.AuditObjects, metrics.AuditDuration, metrics.Refused)
 	})
 	return metrics
 }
@@ -110,6 +111,10 @@ func NewMetrics() *Metrics {
 			Name: "gpuguard_audit_objects",
 			Help: "Existing pods and pod controllers the last background audit judged, by verdict: allow, warn or deny.",
 		}, []string{"verdict"}),
+		AuditDuration: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpuguard_audit_duration_seconds",
+			Help: "How long the last successful background audit took: listing, judging and writing its Reports.",
+		}),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuguard_admission_refused_total",
 			Help: "Reviews answered with an HTTP error instead of a verdict, so that the failure policy applies, by reason: no-policy, stopping, overloaded.",

@@ -68,6 +68,8 @@ type Metrics struct {
 	Runs *prometheus.CounterVec
 	// Objects are the last audit's objects by verdict: allow, warn, deny.
 	Objects *prometheus.GaugeVec
+	// Duration is how long the last successful audit took.
+	Duration prometheus.Gauge
 }
 
 // New makes a Runner over mgr's clients that audits with the policy of source
@@ -127,6 +129,7 @@ func (a *Runner) lead(ctx context.Context) {
 }
 
 func (a *Runner) once(ctx context.Context, e *policy.Engine) {
+	start := time.Now()
 	excluded := slices.Concat(audit.DefaultExcluded, []string{a.namespace}, a.options.Excluded)
 	out, err := audit.Run(ctx, a.clientset, e, audit.Options{Excluded: excluded})
 	if err != nil {
@@ -153,8 +156,10 @@ func (a *Runner) once(ctx context.Context, e *policy.Engine) {
 			return
 		}
 	}
+	took := time.Since(start)
 	a.metrics.Runs.WithLabelValues("success").Inc()
-	a.log.Info("background audit", "judged", len(out.Judged), "denied", denied, "warned", warned)
+	a.metrics.Duration.Set(took.Seconds())
+	a.log.Info("background audit", "judged", len(out.Judged), "denied", denied, "warned", warned, "took", took.Round(time.Millisecond).String())
 }
 
 // writeReports creates or updates gpuguard's Report in every namespace that
