@@ -11,8 +11,6 @@ import (
 	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
@@ -77,9 +75,7 @@ func TestBackgroundAuditWritesOpenReports(t *testing.T) {
 
 func reportsClient(t *testing.T) client.Client {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	utilruntime.Must(openreports.Install(scheme))
-	c, err := client.New(s.cp.Config, client.Options{Scheme: scheme})
+	c, err := framework.ReportsClient(s.cp)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -14,6 +15,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	sigsyaml "sigs.k8s.io/yaml"
 )
+
+// ReportsClient reads and writes OpenReports objects on cp.
+func ReportsClient(cp *ControlPlane) (client.Client, error) {
+	scheme := runtime.NewScheme()
+	if err := openreports.Install(scheme); err != nil {
+		return nil, err
+	}
+	return client.New(cp.Config, client.Options{Scheme: scheme})
+}
 
 // OpenReportsCRDs are the CRD files the chart ships, under charts/gpuguard/files/openreports.
 var OpenReportsCRDs = []string{"openreports.io_reports.yaml", "openreports.io_clusterreports.yaml"}

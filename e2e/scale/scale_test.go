@@ -15,8 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpuguard/gpuguard/config"
@@ -107,14 +105,47 @@ func TestBackgroundAuditAtFleetSize(t *testing.T) {
 		m["gpuguard_audit_duration_seconds"], sinceStart.Round(time.Second), peak>>20, auditMemoryGoal>>20, requests, reports, largest>>10, total>>10)
 	t.Logf("scale: the auditing webhook after the audit: RSS %d MiB, Go heap in use %d MiB",
 		int64(m["process_resident_memory_bytes"])>>20, int64(m["go_memstats_heap_inuse_bytes"])>>20)
-	servingReplicaMemory(t, ctx, in)
+	replica := servingReplicaMemory(t, ctx, in)
+	auditLeaseHandover(t, ctx, in, replica)
+}
+
+// auditLeaseHandover kills the auditing replica with SIGKILL: the serving
+// one takes the audit Lease once it expires, and audits the fleet.
+func auditLeaseHandover(t *testing.T, ctx context.Context, in *framework.Installation, replica *framework.Webhook) {
+	t.Helper()
+	leases := s.cp.Client.CoordinationV1().Leases(in.Namespace)
+	before, err := leases.Get(ctx, wellknown.AuditLease, metav1.GetOptions{})
+	if err != nil || before.Spec.HolderIdentity == nil || before.Spec.RenewTime == nil {
+		t.Fatalf("no held audit Lease: %v", err)
+	}
+	if err := in.Webhook.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]float64
+	err = framework.Poll(ctx, 5*time.Minute, func() (bool, error) {
+		m, err = replica.Metrics(ctx)
+		return err == nil && m[`gpuguard_audit_runs_total{result="success"}`] >= 1, nil
+	})
+	if err != nil {
+		t.Fatalf("the serving replica did not take over the audit: %v\n%s", err, framework.Tail(replica.Log))
+	}
+	after, err := leases.Get(ctx, wellknown.AuditLease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *after.Spec.HolderIdentity == *before.Spec.HolderIdentity || after.Spec.AcquireTime == nil {
+		t.Fatalf("the audit Lease is still held by %s", *after.Spec.HolderIdentity)
+	}
+	gap := after.Spec.AcquireTime.Sub(before.Spec.RenewTime.Time)
+	t.Logf("scale: audit Lease handed over %s after the auditor's last renewal (lease duration %ds); the new auditor's audit %.1f s",
+		gap.Round(time.Second), *after.Spec.LeaseDurationSeconds, m["gpuguard_audit_duration_seconds"])
 }
 
 // servingReplicaMemory starts a second replica as the chart runs them, with
 // the same caches but not elected to audit (the first holds the Lease), and
 // logs its memory once it serves: the steady memory of a replica at the
 // fleet's size.
-func servingReplicaMemory(t *testing.T, ctx context.Context, in *framework.Installation) {
+func servingReplicaMemory(t *testing.T, ctx context.Context, in *framework.Installation) *framework.Webhook {
 	t.Helper()
 	replica, err := framework.NewWebhook(in.Binary, in.Webhook.Kubeconfig, in.CertDir, t.TempDir())
 	if err != nil {
@@ -145,6 +176,7 @@ func servingReplicaMemory(t *testing.T, ctx context.Context, in *framework.Insta
 	}
 	t.Logf("scale: a serving replica: RSS %d MiB (goal %d), peak %d MiB, Go heap in use %d MiB",
 		rss>>20, webhookMemoryGoal>>20, peak>>20, int64(m["go_memstats_heap_inuse_bytes"])>>20)
+	return replica
 }
 
 // fleet is what buildFleet made.
@@ -262,9 +294,7 @@ func fleetPod(i, nodes int) *corev1.Pod {
 // listReports counts gpuguard's Reports and their sizes as stored.
 func listReports(t *testing.T, ctx context.Context) (count, largest, total int) {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	utilruntime.Must(openreports.Install(scheme))
-	c, err := client.New(s.cp.Config, client.Options{Scheme: scheme})
+	c, err := framework.ReportsClient(s.cp)
 	if err != nil {
 		t.Fatal(err)
 	}
