@@ -81,7 +81,7 @@ func (r *rules) voidAnnotation() string {
 		names = append(names, fmt.Sprintf(`(has(object.spec.%[1]s) ? object.spec.%[1]s.filter(c, %[2]s).map(c, c.name) : [])`, l.field, r.needsVoid(l)))
 	}
 	key := celexpr.Str(wellknown.VoidAnnotation)
-	pointer := celexpr.Str("/metadata/annotations/" + strings.ReplaceAll(wellknown.VoidAnnotation, "/", "~1"))
+	pointer := celexpr.Str(policy.AnnotationPointer(wellknown.VoidAnnotation))
 	return fmt.Sprintf(`(request.operation != "CREATE" ? [] : [%[1]s].map(names, names.join(",")).filter(v, v != "").map(v, has(object.metadata.annotations) ? `+
 		`JSONPatch{op: "add", path: %[2]s, value: v} : JSONPatch{op: "add", path: "/metadata/annotations", value: {%[3]s: v}}))`,
 		strings.Join(names, " + "), pointer, key)

@@ -227,12 +227,13 @@ func (ev *evaluation) voidAnnotation() []jsonpatch.Operation {
 	if len(ev.t.meta.Annotations) == 0 {
 		return []jsonpatch.Operation{jsonpatch.NewOperation("add", "/metadata/annotations", map[string]string{wellknown.VoidAnnotation: value})}
 	}
-	return []jsonpatch.Operation{jsonpatch.NewOperation("add", "/metadata/annotations/"+escapePointer(wellknown.VoidAnnotation), value)}
+	return []jsonpatch.Operation{jsonpatch.NewOperation("add", AnnotationPointer(wellknown.VoidAnnotation), value)}
 }
 
-// escapePointer escapes a JSON Pointer reference token (RFC 6901).
-func escapePointer(token string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(token, "~", "~0"), "/", "~1")
+// AnnotationPointer is the JSON Pointer of annotation key in an object
+// (RFC 6901: "~" and "/" escaped), for patches; the backstop's too.
+func AnnotationPointer(key string) string {
+	return "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
 }
 
 // keptEnv is env with the edits applied: values replaced, entries removed,

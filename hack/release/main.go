@@ -72,15 +72,7 @@ func images(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	root, err := os.Getwd()
-	if err != nil {
-		return err
-	}
-	src, err := release.ReadSource(root)
-	if err != nil {
-		return fmt.Errorf("run it from the repository root: %w", err)
-	}
-	work, err := os.MkdirTemp("", "gpuguard-images-")
+	src, work, err := sourceAndWorkDir("gpuguard-images-")
 	if err != nil {
 		return err
 	}
@@ -97,6 +89,22 @@ func images(ctx context.Context, args []string) error {
 		}
 	}
 	return nil
+}
+
+// sourceAndWorkDir reads the source tree from the working directory, which
+// must be the repository root, and makes a scratch directory named after
+// prefix for the build; the caller removes it.
+func sourceAndWorkDir(prefix string) (release.Source, string, error) {
+	root, err := os.Getwd()
+	if err != nil {
+		return release.Source{}, "", err
+	}
+	src, err := release.ReadSource(root)
+	if err != nil {
+		return release.Source{}, "", fmt.Errorf("run it from the repository root: %w", err)
+	}
+	work, err := os.MkdirTemp("", prefix)
+	return src, work, err
 }
 
 func push(ctx context.Context, args []string) error {
@@ -148,15 +156,7 @@ func dist(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	root, err := os.Getwd()
-	if err != nil {
-		return err
-	}
-	src, err := release.ReadSource(root)
-	if err != nil {
-		return fmt.Errorf("run it from the repository root: %w", err)
-	}
-	work, err := os.MkdirTemp("", "gpuguard-dist-")
+	src, work, err := sourceAndWorkDir("gpuguard-dist-")
 	if err != nil {
 		return err
 	}
