@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -142,13 +143,105 @@ func TestHardenedMarkFollowsTheAgentsLease(t *testing.T) {
 	waitVoid(t, wh, true)
 }
 
+// TestStaleNodeViewFallsBackToInjection: the hardened profile rests on the
+// agents' Leases as the webhook last saw them. Cut off from the API server
+// (which still calls it), the webhook sees no renewal, so it puts the void
+// injection back when the Lease it rests on would go stale, and admits
+// every pod meanwhile; when its watch resumes and it sees the renewed
+// Lease, the injection is off again.
+func TestStaleNodeViewFallsBackToInjection(t *testing.T) {
+	ctx := context.Background()
+	const leaseSeconds = 10
+	hardened := "gpu-stale-view"
+	others := hardenOtherGPUNodes(t, hardened)
+	setNodeLabels(t, hardened, map[string]string{gpuNodeLabel: "true", wellknown.HardenedMarkLabel: "true"})
+	holdLeases(t, wellknown.AgentLeasePrefix, 3600, others...)
+	renewLease(t, holdLeases(t, wellknown.AgentLeasePrefix, leaseSeconds, hardened)[0])
+
+	u, err := url.Parse(s.cp.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := framework.StartAPIProxy(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	direct, err := s.cp.Kubeconfig("gpuguard-stale-view")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := proxy.Kubeconfig(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh := startLeaseWebhookWith(t, kubeconfig, hardened)
+	waitVoid(t, wh, false)
+
+	proxy.Cut()
+	cut := time.Now()
+	// The last renewal the webhook saw is at most leaseSeconds old when
+	// it goes stale; a read of the hardening follows within a second.
+	err = framework.Poll(ctx, (leaseSeconds+3)*time.Second, func() (bool, error) {
+		p, err := s.cp.Client.CoreV1().Pods(enforceNS).Create(ctx, plainPod("notebook"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, fmt.Errorf("a plain pod failed admission while the webhook was cut off: %w", err)
+		}
+		return lastEnv(p.Spec.Containers[0], "NVIDIA_VISIBLE_DEVICES") == "void", nil
+	})
+	if err != nil {
+		t.Fatalf("cut off from the API server, the webhook did not put void back within the Lease's %ds: %v\n%s", leaseSeconds, err, framework.Tail(wh.Log))
+	}
+	t.Logf("void back %s after the cut (Lease of %ds renewed every 2s)", time.Since(cut).Round(100*time.Millisecond), leaseSeconds)
+
+	proxy.Resume()
+	waitVoid(t, wh, false)
+}
+
+// renewLease renews l every 2 seconds until the test ends, as a running
+// agent does.
+func renewLease(t *testing.T, l *coordinationv1.Lease) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	leases := s.cp.Client.CoordinationV1().Leases(l.Namespace)
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(2 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			patch := fmt.Sprintf(`{"spec":{"renewTime":%q}}`, metav1.NowMicro().Format(metav1.RFC3339Micro))
+			if _, err := leases.Patch(ctx, l.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && ctx.Err() == nil {
+				t.Errorf("renewing Lease %s: %v", l.Name, err)
+				return
+			}
+		}
+	}()
+}
+
 // startLeaseWebhook starts a webhook with injectVoid auto following the
 // release namespace's Leases, the only gpuguard the API server calls until
 // the test ends; then nodes are deleted.
 func startLeaseWebhook(t *testing.T, nodes ...string) *framework.Webhook {
 	t.Helper()
+	kubeconfig, err := s.cp.Kubeconfig("gpuguard-leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startLeaseWebhookWith(t, kubeconfig, nodes...)
+}
+
+// startLeaseWebhookWith is startLeaseWebhook with the webhook's kubeconfig.
+func startLeaseWebhookWith(t *testing.T, kubeconfig string, nodes ...string) *framework.Webhook {
+	t.Helper()
 	ctx := context.Background()
-	wh := startClusterWebhook(t, "gpuguard-leases", "--inject-void=auto", "--gpu-node-label", gpuNodeLabel+"=true",
+	wh := startWebhookWith(t, kubeconfig, policyName, "--inject-void=auto", "--gpu-node-label", gpuNodeLabel+"=true",
 		"--enforcer-lease-namespace", releaseNS)
 	if err := wh.WaitReady(ctx, time.Minute); err != nil {
 		t.Fatal(err)

@@ -134,6 +134,12 @@ func startClusterWebhookOn(t *testing.T, user, policyCM string, extra ...string)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startWebhookWith(t, kubeconfig, policyCM, extra...)
+}
+
+// startWebhookWith is startClusterWebhookOn with the webhook's kubeconfig.
+func startWebhookWith(t *testing.T, kubeconfig, policyCM string, extra ...string) *framework.Webhook {
+	t.Helper()
 	wh, err := framework.NewWebhook(s.Binary, kubeconfig, s.CertDir, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -55,56 +55,84 @@ func ParseLabel(s string) (Label, error) {
 	return Label{k, v}, nil
 }
 
+// Verdict is what the GPU nodes' reports say.
+type Verdict struct {
+	// Hardened: there is at least one GPU node and every one is covered.
+	Hardened bool
+	// Why names the first node that is not, or what covers them all.
+	Why string
+	// Until, when Hardened rests on Leases, is when the first of them goes
+	// stale unless it is renewed: the verdict may change then without any
+	// event, and the caller must look again. A view whose watch is cut sees
+	// no renewal, so it falls back to injection at that moment.
+	Until time.Time
+}
+
 // AllHardened says whether there is at least one GPU node and every GPU
 // node reports wellknown.HardenedMarkLabel=true (which no kubelet can set),
 // and why not when not: the first node
 // that does not, or that there is none (a cluster without GPU nodes keeps
 // injecting, so that the first node to join is covered before it reports).
-func (n *Nodes) AllHardened(ctx context.Context) (ok bool, why string, err error) {
+func (n *Nodes) AllHardened(ctx context.Context) (Verdict, error) {
 	list := &corev1.NodeList{}
 	if err := n.Reader.List(ctx, list); err != nil {
-		return false, "", fmt.Errorf("listing nodes: %w", err)
+		return Verdict{}, fmt.Errorf("listing nodes: %w", err)
 	}
 	fresh, err := n.freshLeases(ctx)
 	if err != nil {
-		return false, "", err
+		return Verdict{}, err
 	}
 	enforced, alive := fresh[wellknown.EnforcerLeasePrefix], fresh[wellknown.AgentLeasePrefix]
 	var gpu []string
+	var until time.Time
 	for _, node := range list.Items {
 		if !n.isGPUNode(node.Labels) && !n.advertisesGPUs(node.Status.Allocatable) {
 			continue
 		}
 		marked := node.Labels[wellknown.HardenedMarkLabel] == "true"
-		if marked && n.LeaseNamespace != "" && !alive[node.Name] && !enforced[node.Name] {
-			return false, fmt.Sprintf("GPU node %s reports %s=true but its agent holds no fresh Lease (%s%s): the mark may be stale",
-				node.Name, wellknown.HardenedMarkLabel, wellknown.AgentLeasePrefix, node.Name), nil
+		_, isAlive := alive[node.Name]
+		_, isEnforced := enforced[node.Name]
+		if marked && n.LeaseNamespace != "" && !isAlive && !isEnforced {
+			return Verdict{Why: fmt.Sprintf("GPU node %s reports %s=true but its agent holds no fresh Lease (%s%s): the mark may be stale",
+				node.Name, wellknown.HardenedMarkLabel, wellknown.AgentLeasePrefix, node.Name)}, nil
 		}
-		if !marked && !enforced[node.Name] {
+		if !marked && !isEnforced {
 			why := fmt.Sprintf("GPU node %s does not report %s=true", node.Name, wellknown.HardenedMarkLabel)
 			if n.LeaseNamespace != "" {
 				why += " and holds no fresh node enforcer Lease"
 			}
-			return false, why, nil
+			return Verdict{Why: why}, nil
 		}
 		gpu = append(gpu, node.Name)
+		if n.LeaseNamespace == "" {
+			continue
+		}
+		// The node stays covered until the last Lease it counts on goes
+		// stale: its enforcer's, or, marked, its agent's.
+		covered := enforced[node.Name]
+		if marked && alive[node.Name].After(covered) {
+			covered = alive[node.Name]
+		}
+		if until.IsZero() || covered.Before(until) {
+			until = covered
+		}
 	}
 	if len(gpu) == 0 {
-		return false, "no GPU node", nil
+		return Verdict{Why: "no GPU node"}, nil
 	}
 	slices.Sort(gpu)
-	why = fmt.Sprintf("all %d GPU nodes report %s=true", len(gpu), wellknown.HardenedMarkLabel)
+	why := fmt.Sprintf("all %d GPU nodes report %s=true", len(gpu), wellknown.HardenedMarkLabel)
 	if n.LeaseNamespace != "" {
 		why = fmt.Sprintf("all %d GPU nodes report %s=true or run a node enforcer", len(gpu), wellknown.HardenedMarkLabel)
 	}
-	return true, why, nil
+	return Verdict{Hardened: true, Why: why, Until: until}, nil
 }
 
 // freshLeases are, by prefix (the enforcers' and the agents'), the nodes
-// that hold a fresh Lease: named after the node, held by it, renewed within
-// its duration.
-func (n *Nodes) freshLeases(ctx context.Context) (map[string]map[string]bool, error) {
-	out := map[string]map[string]bool{wellknown.EnforcerLeasePrefix: {}, wellknown.AgentLeasePrefix: {}}
+// that hold a fresh Lease (named after the node, held by it, renewed within
+// its duration), each with the time it goes stale unless renewed.
+func (n *Nodes) freshLeases(ctx context.Context) (map[string]map[string]time.Time, error) {
+	out := map[string]map[string]time.Time{wellknown.EnforcerLeasePrefix: {}, wellknown.AgentLeasePrefix: {}}
 	if n.LeaseNamespace == "" {
 		return out, nil
 	}
@@ -118,13 +146,16 @@ func (n *Nodes) freshLeases(ctx context.Context) (map[string]map[string]bool, er
 	}
 	for _, l := range leases.Items {
 		s := l.Spec
-		if s.HolderIdentity == nil || s.RenewTime == nil || s.LeaseDurationSeconds == nil ||
-			!now().Before(s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds)*time.Second)) {
+		if s.HolderIdentity == nil || s.RenewTime == nil || s.LeaseDurationSeconds == nil {
+			continue
+		}
+		stale := s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second)
+		if !now().Before(stale) {
 			continue
 		}
 		for prefix, nodes := range out {
 			if node, ok := strings.CutPrefix(l.Name, prefix); ok && *s.HolderIdentity == node {
-				nodes[node] = true
+				nodes[node] = stale
 			}
 		}
 	}

@@ -44,7 +44,8 @@ func TestAllHardened(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := &Nodes{Reader: fake.NewClientBuilder().WithObjects(tc.nodes...).Build(), GPUNodeLabels: gpuLabels}
-			got, why, err := n.AllHardened(context.Background())
+			v, err := n.AllHardened(context.Background())
+			got, why := v.Hardened, v.Why
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,12 +93,13 @@ func TestEnforcerLeasesCover(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := fake.NewClientBuilder().WithObjects(gpu, tc.lease).Build()
 			n := &Nodes{Reader: c, GPUNodeLabels: gpuLabels, LeaseNamespace: "gpuguard-system", Now: func() time.Time { return now }}
-			got, why, err := n.AllHardened(context.Background())
+			v, err := n.AllHardened(context.Background())
+			got, why := v.Hardened, v.Why
 			if err != nil || got != tc.want {
 				t.Errorf("covered %v (%s, %v), want %v", got, why, err, tc.want)
 			}
 			n.LeaseNamespace = "elsewhere"
-			if got, _, _ := n.AllHardened(context.Background()); got {
+			if v, _ := n.AllHardened(context.Background()); v.Hardened {
 				t.Error("a Lease outside the namespace followed must not count")
 			}
 		})
@@ -125,13 +127,48 @@ func TestHardenedMarkNeedsTheAgentsLease(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := fake.NewClientBuilder().WithObjects(append(tc.leases, marked)...).Build()
 			n := &Nodes{Reader: c, GPUNodeLabels: gpuLabels, LeaseNamespace: "gpuguard-system", Now: func() time.Time { return now }}
-			got, why, err := n.AllHardened(context.Background())
+			v, err := n.AllHardened(context.Background())
+			got, why := v.Hardened, v.Why
 			if err != nil || got != tc.want {
 				t.Errorf("hardened %v (%s, %v), want %v", got, why, err, tc.want)
 			}
 			n.LeaseNamespace = ""
-			if got, _, _ := n.AllHardened(context.Background()); !got {
+			if v, _ := n.AllHardened(context.Background()); !v.Hardened {
 				t.Error("without Leases followed, the mark alone must count")
+			}
+		})
+	}
+}
+
+// TestVerdictUntil: a hardened verdict that rests on Leases says when the
+// first of them goes stale: a node counts until the last Lease it may count
+// on (its enforcer's, or, marked, its agent's) goes stale.
+func TestVerdictUntil(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	gpu := map[string]string{"nvidia.com/gpu.present": "true"}
+	marked := map[string]string{"nvidia.com/gpu.present": "true", wellknown.HardenedMarkLabel: "true"}
+	for _, tc := range []struct {
+		name    string
+		objects []client.Object
+		want    time.Time
+	}{
+		{"one enforcer", []client.Object{node("n1", gpu), lease("gpuguard-enforcer-n1", "n1", now.Add(-20*time.Second), 60)}, now.Add(40 * time.Second)},
+		{"a marked node counts on both of its Leases", []client.Object{node("n1", marked),
+			lease("gpuguard-agent-n1", "n1", now.Add(-50*time.Second), 60), lease("gpuguard-enforcer-n1", "n1", now.Add(-20*time.Second), 60)}, now.Add(40 * time.Second)},
+		{"an unmarked node counts on its enforcer only", []client.Object{node("n1", gpu),
+			lease("gpuguard-agent-n1", "n1", now, 60), lease("gpuguard-enforcer-n1", "n1", now.Add(-50*time.Second), 60)}, now.Add(10 * time.Second)},
+		{"the first node to go stale", []client.Object{node("n1", marked), node("n2", gpu),
+			lease("gpuguard-agent-n1", "n1", now.Add(-55*time.Second), 60), lease("gpuguard-enforcer-n2", "n2", now, 60)}, now.Add(5 * time.Second)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithObjects(tc.objects...).Build()
+			n := &Nodes{Reader: c, GPUNodeLabels: gpuLabels, LeaseNamespace: "gpuguard-system", Now: func() time.Time { return now }}
+			v, err := n.AllHardened(context.Background())
+			if err != nil || !v.Hardened {
+				t.Fatalf("hardened %v (%s, %v), want true", v.Hardened, v.Why, err)
+			}
+			if !v.Until.Equal(tc.want) {
+				t.Errorf("until %v, want %v", v.Until, tc.want)
 			}
 		})
 	}
@@ -159,7 +196,8 @@ func TestGPUNodesByAllocatable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := &Nodes{Reader: fake.NewClientBuilder().WithObjects(tc.nodes...).Build(), GPUNodeLabels: gpuLabels, IsGPUResource: isGPU}
-			got, why, err := n.AllHardened(context.Background())
+			v, err := n.AllHardened(context.Background())
+			got, why := v.Hardened, v.Why
 			if err != nil || got != tc.want {
 				t.Errorf("all hardened %v (%s, %v), want %v", got, why, err, tc.want)
 			}

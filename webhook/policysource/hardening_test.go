@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,16 +13,18 @@ import (
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/internal/wellknown"
+	"github.com/gpuguard/gpuguard/webhook/hardening"
 )
 
 // fakeHardening answers AllHardened as told.
 type fakeHardening struct {
 	hardened bool
+	until    time.Time
 	err      error
 }
 
-func (f *fakeHardening) AllHardened(context.Context) (bool, string, error) {
-	return f.hardened, "told so", f.err
+func (f *fakeHardening) AllHardened(context.Context) (hardening.Verdict, error) {
+	return hardening.Verdict{Hardened: f.hardened, Why: "told so", Until: f.until}, f.err
 }
 
 // TestHardenedProfileFollowsTheNodes: with every GPU node hardened, the
@@ -69,6 +72,43 @@ func TestHardenedProfileFollowsTheNodes(t *testing.T) {
 	step(true, errors.New("nodes cannot be listed"), true)
 	if len(applied) < 4 || applied[0] != true || applied[1] != false || applied[2] != true {
 		t.Errorf("applies saw injectVoid %v, want true, false, true, false, ...", applied)
+	}
+}
+
+// TestRecheckWhenALeaseGoesStale: while the profile rests on Leases, the
+// hardening is read again when the first of them would go stale, with no
+// event needed (a cut watch sees no renewal), and at least every
+// leaseRecheck; without Leases followed it is not read on a timer.
+func TestRecheckWhenALeaseGoesStale(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name           string
+		leaseNamespace string
+		until          time.Time
+		want           time.Duration
+	}{
+		{"a Lease stale in 5s", "gpuguard-system", now.Add(5 * time.Second), 5*time.Second + staleMargin},
+		{"a Lease stale in a minute", "gpuguard-system", now.Add(time.Minute), leaseRecheck},
+		{"a Lease stale already", "gpuguard-system", now.Add(-time.Second), staleMargin},
+		{"not hardened", "gpuguard-system", time.Time{}, leaseRecheck},
+		{"no Leases followed", "", time.Time{}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, c, _ := newReconciler(false)
+			r.Hardening = &fakeHardening{hardened: !tc.until.IsZero(), until: tc.until}
+			r.InjectionOff = prometheus.NewGauge(prometheus.GaugeOpts{Name: "off"})
+			r.LeaseNamespace = tc.leaseNamespace
+			r.Now = func() time.Time { return now }
+			writePolicyConfigMap(t, c, string(config.DefaultYAML()))
+			r.reconcileOnce(t)
+			got, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: hardeningKey})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.RequeueAfter != tc.want {
+				t.Errorf("read again after %v, want %v", got.RequeueAfter, tc.want)
+			}
+		})
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/internal/wellknown"
+	"github.com/gpuguard/gpuguard/webhook/hardening"
 )
 
 // Reconciler puts the policy ConfigMap in force whenever it changes. An edit
@@ -62,13 +63,20 @@ type Reconciler struct {
 	// every GPU node refuses device requests in the environment. Nodes are
 	// watched for it. InjectionOff is 1 while the injection is off.
 	Hardening interface {
-		AllHardened(ctx context.Context) (bool, string, error)
+		AllHardened(ctx context.Context) (hardening.Verdict, error)
 	}
 	InjectionOff prometheus.Gauge
 	// LeaseNamespace, when set, is where the node enforcers' Leases are,
 	// which count for the profile too: they are watched, and the hardening
-	// is read again every leaseRecheck, since a Lease goes stale silently.
+	// is read again when the first Lease it rests on would go stale (and at
+	// least every leaseRecheck), since a Lease goes stale silently.
 	LeaseNamespace string
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+
+	// hardenedUntil is when the hardening last read may change without an
+	// event (hardening.Verdict.Until).
+	hardenedUntil time.Time
 
 	// applied is the hash of the policy Apply last succeeded with.
 	applied string
@@ -97,9 +105,13 @@ func (r *Reconciler) Setup(mgr manager.Manager) error {
 	return b.Complete(r)
 }
 
-// leaseRecheck is how often the hardening is read again while Leases count:
-// a third of the enforcers' Lease duration.
+// leaseRecheck is how often, at least, the hardening is read again while
+// Leases count: a third of the enforcers' Lease duration.
 const leaseRecheck = 20 * time.Second
+
+// staleMargin is how long after a Lease's expiry the hardening is read
+// again, so that the read finds it stale.
+const staleMargin = 50 * time.Millisecond
 
 // hardeningKey is the request a Node change enqueues: the GPU nodes'
 // hardening is read again, the ConfigMap is not.
@@ -119,11 +131,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.followHardening(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
-	// A Lease goes stale without an event: look again within its renewal.
-	var again ctrl.Result
-	if r.LeaseNamespace != "" {
-		again.RequeueAfter = leaseRecheck
-	}
+	// A Lease goes stale without an event: look again when it would.
+	again := r.recheck()
 	if r.Source.Engine() == nil {
 		return again, nil
 	}
@@ -176,10 +185,12 @@ func (r *Reconciler) followHardening(ctx context.Context) error {
 	if r.Hardening == nil {
 		return nil
 	}
-	hardened, why, err := r.Hardening.AllHardened(ctx)
+	v, err := r.Hardening.AllHardened(ctx)
+	hardened, why := v.Hardened, v.Why
 	if err != nil {
 		why = err.Error()
 	}
+	r.hardenedUntil = v.Until
 	changed, serr := r.Source.SetInjectionOff(hardened && err == nil)
 	if r.InjectionOff != nil {
 		r.InjectionOff.Set(boolGauge(r.Source.InjectionOff()))
@@ -193,6 +204,24 @@ func (r *Reconciler) followHardening(ctx context.Context) error {
 		r.record(r.eventTarget(), corev1.EventTypeNormal, wellknown.ReasonInjectionProfile, "void injection %s: %s (policy %s in force)", state, why, r.Source.Hash())
 	}
 	return errors.Join(err, serr)
+}
+
+// recheck is when to read the hardening again without an event: when the
+// first Lease the profile rests on would go stale, at most leaseRecheck
+// away. Without Leases there is nothing that goes stale silently.
+func (r *Reconciler) recheck() ctrl.Result {
+	if r.LeaseNamespace == "" {
+		return ctrl.Result{}
+	}
+	after := leaseRecheck
+	if !r.hardenedUntil.IsZero() {
+		now := time.Now
+		if r.Now != nil {
+			now = r.Now
+		}
+		after = min(after, max(r.hardenedUntil.Sub(now())+staleMargin, staleMargin))
+	}
+	return ctrl.Result{RequeueAfter: after}
 }
 
 func boolGauge(b bool) float64 {
