@@ -120,6 +120,25 @@ func (c *controlPlaneProcesses) stopNamed(names ...string) error {
 	return errors.Join(errs...)
 }
 
+// restart stops the named daemon and starts it again with the same
+// command, in the same place of the start order.
+func (c *controlPlaneProcesses) restart(name string) (*daemon, error) {
+	i := slices.IndexFunc(c.daemons, func(d *daemon) bool { return d.name == name })
+	if i < 0 {
+		return nil, fmt.Errorf("no %s runs", name)
+	}
+	old := c.daemons[i]
+	if err := old.stop(30 * time.Second); err != nil {
+		return nil, err
+	}
+	d, err := startDaemon(name, c.logDir, nil, old.cmd.Path, old.cmd.Args[1:]...)
+	if err != nil {
+		return nil, err
+	}
+	c.daemons[i] = d
+	return d, nil
+}
+
 // StartClusterControlPlane starts etcd, kube-apiserver, kube-controller-manager
 // and kube-scheduler the way a kubeadm cluster runs them: one CA, a client
 // certificate per component, service account tokens, Node and RBAC
@@ -145,6 +164,13 @@ func StartClusterControlPlane(ctx context.Context, assets string) (*ControlPlane
 		ClientCAFile: filepath.Join(dir, "pki", "ca.crt")}
 	cp.stop = procs.stop
 	cp.stopControllers = func() error { return procs.stopNamed("kube-controller-manager", "kube-scheduler") }
+	cp.restartAPIServer = func(ctx context.Context) error {
+		apiserver, err := procs.restart("kube-apiserver")
+		if err != nil {
+			return err
+		}
+		return cp.waitReady(ctx, apiserver)
+	}
 	if err := cp.startCluster(ctx, assets, procs); err != nil {
 		return nil, errors.Join(fmt.Errorf("%w\n%s", err, cp.LogTails()), cp.Stop())
 	}
@@ -299,6 +325,11 @@ func (cp *ControlPlane) connect(ctx context.Context, apiserver *daemon) error {
 	if cp.Client, err = kubernetes.NewForConfig(cp.Config); err != nil {
 		return err
 	}
+	return cp.waitReady(ctx, apiserver)
+}
+
+// waitReady waits until the API server says it is ready.
+func (cp *ControlPlane) waitReady(ctx context.Context, apiserver *daemon) error {
 	return Poll(ctx, 3*time.Minute, func() (bool, error) {
 		if err := apiserver.exited(); err != nil {
 			return false, err

@@ -1,6 +1,8 @@
 package framework
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -40,6 +42,9 @@ type ControlPlane struct {
 	// stopControllers stops what recreates or reschedules pods, so that a
 	// node can be drained for good; nil where nothing does (envtest).
 	stopControllers func() error
+	// restartAPIServer stops the API server and starts it again, as an
+	// upgrade or a crash of the control plane does; nil for envtest.
+	restartAPIServer func(ctx context.Context) error
 	// logs is the directory of the control plane's logs, if it keeps any.
 	logs     string
 	stopOnce sync.Once
@@ -126,6 +131,16 @@ func (cp *ControlPlane) KubeletKubeconfig(node string) (string, error) {
 	return cp.Kubeconfig("kubelet-" + node)
 }
 
+// RestartAPIServer stops the API server (SIGTERM: it drains as it does in
+// a rolling control-plane upgrade), starts it again and waits until it is
+// ready. Every watch and connection to it is cut meanwhile.
+func (cp *ControlPlane) RestartAPIServer(ctx context.Context) error {
+	if cp.restartAPIServer == nil {
+		return errors.New("this control plane cannot restart its API server")
+	}
+	return cp.restartAPIServer(ctx)
+}
+
 // StopControllers stops the controller manager and the scheduler, if the
 // control plane runs them: pods deleted afterwards stay deleted.
 func (cp *ControlPlane) StopControllers() error {
@@ -143,4 +158,13 @@ func (cp *ControlPlane) Dir() string { return cp.dir }
 func (cp *ControlPlane) Stop() error {
 	cp.stopOnce.Do(func() { cp.stopErr = errors.Join(cp.stop(), os.RemoveAll(cp.dir)) })
 	return cp.stopErr
+}
+
+// Metrics reads the API server's Prometheus metrics.
+func (cp *ControlPlane) Metrics(ctx context.Context) (map[string]float64, error) {
+	raw, err := cp.Client.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return parseMetrics(bytes.NewReader(raw))
 }

@@ -158,6 +158,9 @@ func (n *Node) AgentMetrics(ctx context.Context) (map[string]float64, error) {
 	return scrape(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", n.agentMetricsPort))
 }
 
+// Scrape reads a Prometheus endpoint.
+func Scrape(ctx context.Context, url string) (map[string]float64, error) { return scrape(ctx, url) }
+
 // scrape reads a Prometheus endpoint.
 func scrape(ctx context.Context, url string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
