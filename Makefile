@@ -138,7 +138,7 @@ e2e: upstream node-binaries
 # The scale suite at the fleet size of docs/reliability.md: KWOK's simulated
 # GPU nodes against a real kube-apiserver, the background audit measured
 # (make e2e runs it on a small fleet). Not part of make test.
-SCALE_FLEET ?= -scale.nodes=1000 -scale.pods=30000 -scale.namespaces=300
+SCALE_FLEET ?= -scale.nodes=1000 -scale.pods=30000 -scale.namespaces=300 -scale.heartbeat-window=2m
 scale: upstream
 	$(GO) test -tags e2e -count=1 -timeout 90m -v -run . ./e2e/scale/ -args $(SCALE_FLEET)
 

@@ -107,6 +107,7 @@ func TestBackgroundAuditAtFleetSize(t *testing.T) {
 		int64(m["process_resident_memory_bytes"])>>20, int64(m["go_memstats_heap_inuse_bytes"])>>20)
 	replica := servingReplicaMemory(t, ctx, in)
 	auditLeaseHandover(t, ctx, in, replica)
+	agentHeartbeats(t, ctx, in, replica, f.nodes)
 }
 
 // auditLeaseHandover kills the auditing replica with SIGKILL: the serving

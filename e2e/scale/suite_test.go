@@ -5,8 +5,9 @@
 // (sigs.k8s.io/kwok, built the same way) keeping a fleet of Node objects
 // alive and their pods running, and the real `gpuguard webhook` binary with
 // its background audit and OpenReports. It measures what grows with the
-// fleet: the audit's duration, memory, API requests and Reports, and the
-// webhook's memory with its caches. make test runs a small fleet; make scale
+// fleet: the audit's duration, memory, API requests and Reports, the
+// webhook's memory with its caches, and the fleet's agent heartbeats: their
+// writes and what following them costs the webhook. make test runs a small fleet; make scale
 // the one of docs/reliability.md (1,000 nodes, 30,000 pods, 300 namespaces).
 package scale
 

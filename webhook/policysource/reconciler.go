@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -97,9 +98,9 @@ func (r *Reconciler) Setup(mgr manager.Manager) error {
 		})
 		// Whole Nodes, not their metadata: a node advertising GPUs in its
 		// allocatable is a GPU node, labelled or not.
-		b = b.Watches(&corev1.Node{}, toHardening)
+		b = b.Watches(&corev1.Node{}, toHardening, builder.WithPredicates(nodeHardeningChanged()))
 		if r.LeaseNamespace != "" {
-			b = b.Watches(&coordinationv1.Lease{}, toHardening)
+			b = b.Watches(&coordinationv1.Lease{}, toHardening, builder.WithPredicates(leaseFreshnessChanged(r.now)))
 		}
 	}
 	return b.Complete(r)
@@ -215,13 +216,16 @@ func (r *Reconciler) recheck() ctrl.Result {
 	}
 	after := leaseRecheck
 	if !r.hardenedUntil.IsZero() {
-		now := time.Now
-		if r.Now != nil {
-			now = r.Now
-		}
-		after = min(after, max(r.hardenedUntil.Sub(now())+staleMargin, staleMargin))
+		after = min(after, max(r.hardenedUntil.Sub(r.now())+staleMargin, staleMargin))
 	}
 	return ctrl.Result{RequeueAfter: after}
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
 }
 
 func boolGauge(b bool) float64 {

@@ -1,0 +1,58 @@
+package policysource
+
+import (
+	"maps"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+)
+
+// The hardening is read again on the events that can change it, and not on
+// the others, which at a fleet's size are most of them: every agent renews
+// its Leases every 20 s, and every kubelet reports its Node's status.
+
+// nodeHardeningChanged passes a Node update that can change the verdict:
+// its labels (the GPU labels, the hardened mark) or its allocatable (GPU
+// resources), not its status conditions or heartbeats.
+func nodeHardeningChanged() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		old, oldOK := e.ObjectOld.(*corev1.Node)
+		cur, curOK := e.ObjectNew.(*corev1.Node)
+		if !oldOK || !curOK {
+			return true
+		}
+		return !maps.Equal(old.Labels, cur.Labels) || !equality.Semantic.DeepEqual(old.Status.Allocatable, cur.Status.Allocatable)
+	}}
+}
+
+// leaseFreshnessChanged passes a Lease update that can change the verdict:
+// a new holder or duration, or the renewal of a Lease that had gone stale.
+// The renewal of a fresh Lease does not: the reconciler reads the
+// hardening again when the first Lease it rests on would go stale
+// (hardening.Verdict.Until), and then finds the renewal in its cache.
+func leaseFreshnessChanged(now func() time.Time) predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		old, oldOK := e.ObjectOld.(*coordinationv1.Lease)
+		cur, curOK := e.ObjectNew.(*coordinationv1.Lease)
+		if !oldOK || !curOK {
+			return true
+		}
+		o, c := old.Spec, cur.Spec
+		if !equalPtr(o.HolderIdentity, c.HolderIdentity) || !equalPtr(o.LeaseDurationSeconds, c.LeaseDurationSeconds) {
+			return true
+		}
+		if o.RenewTime == nil || o.LeaseDurationSeconds == nil {
+			return true
+		}
+		stale := o.RenewTime.Add(time.Duration(*o.LeaseDurationSeconds) * time.Second)
+		return !now().Before(stale)
+	}}
+}
+
+func equalPtr[T comparable](a, b *T) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
+}
