@@ -3,6 +3,7 @@ package verifier
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"time"
 
@@ -26,8 +27,9 @@ var clusterReports = openreports.SchemeGroupVersion.WithResource("clusterreports
 
 // NodeReport writes the node's findings as an OpenReports ClusterReport,
 // gpuguard-node-<node>, beside the namespaced Reports of the webhook's audit.
-// It writes when the findings change, and at least every resyncEvery, so
-// that a report deleted or edited by hand comes back.
+// It writes when the findings change. Every resyncEvery it also reads the
+// stored report, and writes it again only if it was deleted or edited by
+// hand: at a fleet's size, writes grow with changes, not with time.
 type NodeReport struct {
 	Client dynamic.Interface
 	Node   string
@@ -37,10 +39,11 @@ type NodeReport struct {
 	owner []metav1.OwnerReference
 
 	written   []openreports.ReportResult // the results last written, without timestamps
-	writtenAt time.Time
+	checkedAt time.Time                  // when the stored report was last written or read
 }
 
-// resyncEvery is how often the ClusterReport is written even when nothing changed.
+// resyncEvery is how often the stored ClusterReport is read, when nothing
+// changed, to bring back one deleted or edited by hand.
 const resyncEvery = 5 * time.Minute
 
 // Name is the ClusterReport's name.
@@ -49,7 +52,8 @@ func (n *NodeReport) Name() string { return "gpuguard-node-" + n.Node }
 // Write brings the ClusterReport in line with a pass.
 func (n *NodeReport) Write(ctx context.Context, p Pass, now time.Time) error {
 	want := n.build(p, now)
-	if n.written != nil && reflect.DeepEqual(untimed(want.Results), n.written) && now.Sub(n.writtenAt) < resyncEvery {
+	unchanged := n.written != nil && reflect.DeepEqual(untimed(want.Results), n.written)
+	if unchanged && now.Sub(n.checkedAt) < resyncEvery {
 		return nil
 	}
 	want.OwnerReferences = n.ownerReferences(ctx)
@@ -68,6 +72,9 @@ func (n *NodeReport) Write(ctx context.Context, p Pass, now time.Time) error {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("the OpenReports CRDs (openreports.io/v1alpha1) are not installed: %w", err)
 		}
+	case err == nil && unchanged && stillWritten(cur, want):
+		n.checkedAt = now
+		return nil
 	case err == nil:
 		u.SetResourceVersion(cur.GetResourceVersion())
 		_, err = res.Update(ctx, u, metav1.UpdateOptions{})
@@ -75,8 +82,19 @@ func (n *NodeReport) Write(ctx context.Context, p Pass, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("writing ClusterReport %s: %w", n.Name(), err)
 	}
-	n.written, n.writtenAt = untimed(want.Results), now
+	n.written, n.checkedAt = untimed(want.Results), now
 	return nil
+}
+
+// stillWritten says whether the stored report says what want says: the
+// same results (timestamps aside), summary, labels and owners.
+func stillWritten(cur *unstructured.Unstructured, want *openreports.ClusterReport) bool {
+	stored := &openreports.ClusterReport{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(cur.Object, stored); err != nil {
+		return false
+	}
+	return reflect.DeepEqual(untimed(stored.Results), untimed(want.Results)) && stored.Summary == want.Summary &&
+		maps.Equal(stored.Labels, want.Labels) && reflect.DeepEqual(stored.OwnerReferences, want.OwnerReferences)
 }
 
 func (n *NodeReport) build(p Pass, now time.Time) *openreports.ClusterReport {
