@@ -55,11 +55,14 @@ func (l Limits) Validate() error {
 // "denied" would not let it do.
 type gate struct {
 	policyLoaded func() bool
-	stopping     <-chan struct{}
-	limits       Limits
-	reviews      *semaphore.Weighted
-	bytes        *semaphore.Weighted
-	metrics      *Metrics
+	// draining closes when the shutdown delay begins, stopping when it
+	// ends and the server stops.
+	draining <-chan struct{}
+	stopping <-chan struct{}
+	limits   Limits
+	reviews  *semaphore.Weighted
+	bytes    *semaphore.Weighted
+	metrics  *Metrics
 }
 
 func newGate(l Limits, policyLoaded func() bool, stopping <-chan struct{}, m *Metrics) *gate {
@@ -70,6 +73,14 @@ func newGate(l Limits, policyLoaded func() bool, stopping <-chan struct{}, m *Me
 // wrap puts the gate in front of next.
 func (g *gate) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if closed(g.draining) {
+			// The API server reuses idle keep-alive connections and never
+			// retries a webhook call, so one written onto a connection as
+			// the stopping server closes it fails. While draining, every
+			// answer retires its connection instead, so none is left
+			// idle to close.
+			w.Header().Set("Connection", "close")
+		}
 		select {
 		case <-g.stopping:
 			g.refuse(w, http.StatusServiceUnavailable, "stopping", "gpuguard webhook is shutting down")
@@ -110,6 +121,16 @@ func (g *gate) wrap(next http.Handler) http.Handler {
 		defer release()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// closed says whether c is closed; a nil channel never is.
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // bufferedBody is a review body the gate has read whole: requireRequest

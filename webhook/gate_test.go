@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -214,4 +216,44 @@ func waitFor(timeout time.Duration, cond func() bool) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return true
+}
+
+// TestDrainingRetiresConnections: once the shutdown delay begins, every
+// answer closes its keep-alive connection, so the API server (which reuses
+// idle connections and never retries a webhook call) has none left for the
+// stopping server to close under a request it is writing.
+func TestDrainingRetiresConnections(t *testing.T) {
+	draining := make(chan struct{})
+	g := newGate(DefaultLimits(), func() bool { return true }, nil, NewMetrics())
+	g.draining = draining
+	srv := httptest.NewServer(g.wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })))
+	defer srv.Close()
+	client := srv.Client()
+	reused := func() (bool, bool) {
+		t.Helper()
+		var got bool
+		trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { got = info.Reused }}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, srv.URL+"/validate", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return got, resp.Close
+	}
+	reused()
+	if again, _ := reused(); !again {
+		t.Fatal("before draining, the client should reuse its keep-alive connection")
+	}
+	close(draining)
+	if _, closes := reused(); !closes {
+		t.Error("while draining, the answer does not say Connection: close")
+	}
+	if again, _ := reused(); again {
+		t.Error("while draining, the client reused a connection the server should have retired")
+	}
 }

@@ -175,7 +175,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	serveCtx := afterDelay(ctx, o.ShutdownDelay)
 	srv := newWebhookServer(o)
-	registerHandlers(srv, newGate(o.limits(), source.Loaded, serveCtx.Done(), m), func(phase policy.Phase) *Handler {
+	g := newGate(o.limits(), source.Loaded, serveCtx.Done(), m)
+	g.draining = ctx.Done()
+	registerHandlers(srv, g, func(phase policy.Phase) *Handler {
 		return &Handler{Phase: phase, Policies: source, Namespaces: in.namespaces, ConfigMaps: in.configMaps,
 			Nodes: in.nodes, Metrics: m, Log: o.Log.WithName(string(phase))}
 	})

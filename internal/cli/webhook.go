@@ -105,7 +105,7 @@ mounted Secret.`,
 	fl.Int64Var(&o.Limits.MaxReviews, "max-inflight-reviews", limits.MaxReviews, "reviews worked on at once; more wait up to --overload-wait, then get HTTP 429, which the failure policy handles")
 	fl.Int64Var(&o.Limits.MaxReviewBytes, "max-inflight-review-bytes", limits.MaxReviewBytes, "review body bytes worked on at once (a review of the largest pod the API server stores is about 3 MiB, and costs about ten times that to judge)")
 	fl.DurationVar(&o.Limits.Wait, "overload-wait", limits.Wait, "how long a review waits for room under the limits above")
-	fl.DurationVar(&o.ShutdownDelay, "shutdown-delay", 0, "after SIGTERM, keep serving this long while reporting not ready, so that the Service stops routing reviews here first")
+	fl.DurationVar(&o.ShutdownDelay, "shutdown-delay", 0, "after SIGTERM, keep serving this long while reporting not ready, each answer closing its connection, so that the Service and the API server stop sending reviews here first")
 	fl.DurationVar(&o.APIReadTimeout, "api-read-timeout", 2*time.Second, "bound on each namespace or ConfigMap read a review needs; keep it under the webhooks' timeoutSeconds")
 	f.kube.AddFlags(fl)
 	f.logging.AddFlags(fl)
