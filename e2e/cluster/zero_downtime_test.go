@@ -123,12 +123,17 @@ func TestNoFailedAdmissionThroughUpgradeAndCrash(t *testing.T) {
 	load.during("the policy change after the restart")
 	// A policy change after the restart, which rolls nothing: every replica
 	// must see it through its resumed watch.
+	exempting := policyInForce(t, ctx)
+	if exempting == "" {
+		t.Fatal("the webhook replicas do not agree on the policy in force")
+	}
 	unexempt := "helm upgrade gpuguard oci://$REGISTRY/charts/gpuguard -n " + haReleaseNS +
 		" --reuse-values --wait --timeout 4m --set-json 'policy.spec.exemptions.serviceAccounts=[]'"
 	if out, err := sh.run(unexempt); err != nil {
 		load.stop()
 		t.Fatalf("%s: %v\n%s", unexempt, err, out)
 	}
+	waitPolicyChanged(t, ctx, exempting)
 	waitExporterAdmitted(t, ctx, false)
 	load.during("the drain")
 	drainWebhookNode(t, ctx)
@@ -144,8 +149,8 @@ func TestNoFailedAdmissionThroughUpgradeAndCrash(t *testing.T) {
 }
 
 // waitExporterAdmitted waits until a privileged pod of the exporter service
-// account is admitted (want) or denied ten times in a row, so that every
-// replica, and the backstop, has the policy that says so.
+// account is admitted (want) or denied ten times in a row: the replica the
+// API server calls, and the backstop, have the policy that says so.
 func waitExporterAdmitted(t *testing.T, ctx context.Context, want bool) {
 	t.Helper()
 	privileged := true
@@ -445,41 +450,27 @@ func killOneWebhookReplica(t *testing.T, ctx context.Context) {
 }
 
 // calledReplica is the ready webhook replica whose admission decisions grow
-// fastest under the load: the API server calls a webhook over one HTTP/2
-// connection, so one replica takes nearly every call, and killing the
-// other would test nothing.
+// fastest under the load: the API server calls a webhook over keep-alive
+// connections, each held to the replica it was opened to, so the calls are
+// seldom even, and killing an idle replica would test little.
 func calledReplica(t *testing.T, ctx context.Context) *corev1.Pod {
 	t.Helper()
-	pods, err := s.cp.Client.CoreV1().Pods(haReleaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	decisions := func(p *corev1.Pod) float64 {
-		m, err := framework.Scrape(ctx, fmt.Sprintf("http://%s:8080/metrics", p.Status.PodIP))
-		if err != nil {
-			t.Fatalf("reading webhook pod %s's metrics: %v", p.Name, err)
-		}
 		sum := 0.0
-		for k, v := range m {
+		for k, v := range replicaMetrics(t, ctx, p) {
 			if strings.HasPrefix(k, "gpuguard_admission_decisions_total{") {
 				sum += v
 			}
 		}
 		return sum
 	}
-	var ready []*corev1.Pod
+	ready := readyWebhookPods(t, ctx)
 	var before []float64
-	for i := range pods.Items {
-		if p := &pods.Items[i]; p.DeletionTimestamp == nil && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].Ready {
-			ready = append(ready, p)
-			before = append(before, decisions(p))
-		}
-	}
-	if len(ready) == 0 {
-		t.Fatal("no ready webhook pod to kill")
+	for _, p := range ready {
+		before = append(before, decisions(p))
 	}
 	var called *corev1.Pod
-	err = framework.Poll(ctx, time.Minute, func() (bool, error) {
+	err := framework.Poll(ctx, time.Minute, func() (bool, error) {
 		most := 0.0
 		for i, p := range ready {
 			if grew := decisions(p) - before[i]; grew > most {
@@ -492,6 +483,72 @@ func calledReplica(t *testing.T, ctx context.Context) *corev1.Pod {
 		t.Fatalf("no webhook replica decided 50 reviews under the load: %v", err)
 	}
 	return called
+}
+
+// readyWebhookPods are the webhook's ready pods that are not terminating.
+func readyWebhookPods(t *testing.T, ctx context.Context) []*corev1.Pod {
+	t.Helper()
+	pods, err := s.cp.Client.CoreV1().Pods(haReleaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ready []*corev1.Pod
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp == nil && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].Ready {
+			ready = append(ready, p)
+		}
+	}
+	if len(ready) == 0 {
+		t.Fatal("no ready webhook pod")
+	}
+	return ready
+}
+
+// replicaMetrics reads one webhook pod's metrics (the chart's port 8080).
+func replicaMetrics(t *testing.T, ctx context.Context, p *corev1.Pod) map[string]float64 {
+	t.Helper()
+	m, err := framework.Scrape(ctx, fmt.Sprintf("http://%s:8080/metrics", p.Status.PodIP))
+	if err != nil {
+		t.Fatalf("reading webhook pod %s's metrics: %v", p.Name, err)
+	}
+	return m
+}
+
+// policyInForce is the hash of the policy every ready replica has in force
+// (gpuguard_policy_info), or "" while they differ.
+func policyInForce(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	hashes := map[string]bool{}
+	for _, p := range readyWebhookPods(t, ctx) {
+		hash := ""
+		for k, v := range replicaMetrics(t, ctx, p) {
+			if _, rest, ok := strings.Cut(k, `gpuguard_policy_info{hash="`); ok && v == 1 {
+				hash, _, _ = strings.Cut(rest, `"`)
+			}
+		}
+		hashes[hash] = true
+	}
+	if len(hashes) != 1 {
+		return ""
+	}
+	for h := range hashes {
+		return h
+	}
+	return ""
+}
+
+// waitPolicyChanged waits until every ready replica has one policy in
+// force, and not the one before: the API server calls one replica, so
+// decisions alone would not show the others have it.
+func waitPolicyChanged(t *testing.T, ctx context.Context, before string) {
+	t.Helper()
+	err := framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
+		h := policyInForce(t, ctx)
+		return h != "" && h != before, nil
+	})
+	if err != nil {
+		t.Fatalf("the replicas did not all put the changed policy in force (it was %s before): %v", before, err)
+	}
 }
 
 // drainWebhookNode drains the webhook's node as kubectl drain does: it
