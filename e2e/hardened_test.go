@@ -205,7 +205,6 @@ func renewLease(t *testing.T, l *coordinationv1.Lease) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
-	leases := s.cp.Client.CoordinationV1().Leases(l.Namespace)
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(2 * time.Second)
@@ -216,8 +215,7 @@ func renewLease(t *testing.T, l *coordinationv1.Lease) {
 				return
 			case <-tick.C:
 			}
-			patch := fmt.Sprintf(`{"spec":{"renewTime":%q}}`, metav1.NowMicro().Format(metav1.RFC3339Micro))
-			if _, err := leases.Patch(ctx, l.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && ctx.Err() == nil {
+			if err := framework.RenewLease(ctx, s.cp.Client, l.Namespace, l.Name); err != nil && ctx.Err() == nil {
 				t.Errorf("renewing Lease %s: %v", l.Name, err)
 				return
 			}

@@ -402,26 +402,14 @@ func repushedWebhookImage(t *testing.T) string {
 // tells the new pods.)
 func runsDigest(t *testing.T, ctx context.Context, digest string) {
 	t.Helper()
-	pods, err := s.cp.Client.CoreV1().Pods(haReleaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ready := 0
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil || len(p.Status.ContainerStatuses) == 0 || !p.Status.ContainerStatuses[0].Ready {
-			continue
-		}
-		ready++
+	for _, p := range readyWebhookPods(t, ctx) {
 		if image := p.Spec.Containers[0].Image; !strings.HasSuffix(image, "@"+digest) {
 			t.Errorf("after the upgrade, pod %s runs %s, not the new %s", p.Name, image, digest)
 		}
 	}
-	if ready == 0 {
-		t.Error("no ready webhook pod after the upgrade")
-	}
 }
 
-// killOneWebhookReplica kills the replica the API server is calling with
+// killOneWebhookReplica kills the replica taking the most calls with
 // SIGKILL, as the kernel's OOM killer or a node fault would, and waits
 // until the Deployment has every replica ready again.
 func killOneWebhookReplica(t *testing.T, ctx context.Context) {
@@ -456,13 +444,7 @@ func killOneWebhookReplica(t *testing.T, ctx context.Context) {
 func calledReplica(t *testing.T, ctx context.Context) *corev1.Pod {
 	t.Helper()
 	decisions := func(p *corev1.Pod) float64 {
-		sum := 0.0
-		for k, v := range replicaMetrics(t, ctx, p) {
-			if strings.HasPrefix(k, "gpuguard_admission_decisions_total{") {
-				sum += v
-			}
-		}
-		return sum
+		return framework.SumMetrics(replicaMetrics(t, ctx, p), framework.MetricPrefix("gpuguard_admission_decisions_total"))
 	}
 	ready := readyWebhookPods(t, ctx)
 	var before []float64
@@ -488,13 +470,9 @@ func calledReplica(t *testing.T, ctx context.Context) *corev1.Pod {
 // readyWebhookPods are the webhook's ready pods that are not terminating.
 func readyWebhookPods(t *testing.T, ctx context.Context) []*corev1.Pod {
 	t.Helper()
-	pods, err := s.cp.Client.CoreV1().Pods(haReleaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ready []*corev1.Pod
-	for i := range pods.Items {
-		if p := &pods.Items[i]; p.DeletionTimestamp == nil && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].Ready {
+	for _, p := range webhookPods(t, ctx) {
+		if p.DeletionTimestamp == nil && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].Ready {
 			ready = append(ready, p)
 		}
 	}
@@ -502,6 +480,20 @@ func readyWebhookPods(t *testing.T, ctx context.Context) []*corev1.Pod {
 		t.Fatal("no ready webhook pod")
 	}
 	return ready
+}
+
+// webhookPods are the release's webhook pods.
+func webhookPods(t *testing.T, ctx context.Context) []*corev1.Pod {
+	t.Helper()
+	pods, err := s.cp.Client.CoreV1().Pods(haReleaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]*corev1.Pod, len(pods.Items))
+	for i := range pods.Items {
+		out[i] = &pods.Items[i]
+	}
+	return out
 }
 
 // replicaMetrics reads one webhook pod's metrics (the chart's port 8080).
@@ -560,24 +552,21 @@ func waitPolicyChanged(t *testing.T, ctx context.Context, before string) {
 // be whole again.
 func drainWebhookNode(t *testing.T, ctx context.Context) {
 	t.Helper()
-	pods, err := s.cp.Client.CoreV1().Pods(haReleaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pods.Items) == 0 {
+	pods := webhookPods(t, ctx)
+	if len(pods) == 0 {
 		t.Fatal("no webhook pod to drain")
 	}
-	node := pods.Items[0].Spec.NodeName
+	node := pods[0].Spec.NodeName
 	setUnschedulable(t, ctx, node, true)
 	t.Cleanup(func() { setUnschedulable(t, context.Background(), node, false) })
 	cordoned := time.Now()
 	pending := map[string]bool{}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		pending[p.Name] = true
 	}
 	var evicted []string
 	uncordoned := false
-	err = framework.Poll(ctx, 3*time.Minute, func() (bool, error) {
+	err := framework.Poll(ctx, 3*time.Minute, func() (bool, error) {
 		for name := range pending {
 			err := s.cp.Client.PolicyV1().Evictions(haReleaseNS).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: haReleaseNS}})
 			switch {

@@ -125,13 +125,25 @@ func (w *Webhook) Decisions(ctx context.Context, label string) (float64, error) 
 	if err != nil {
 		return 0, err
 	}
+	return SumMetrics(m, func(k string) bool {
+		return strings.HasPrefix(k, "gpuguard_admission_decisions_total{") && strings.Contains(k, label)
+	}), nil
+}
+
+// SumMetrics adds up the samples whose name and labels keep selects.
+func SumMetrics(m map[string]float64, keep func(string) bool) float64 {
 	sum := 0.0
 	for k, v := range m {
-		if strings.HasPrefix(k, "gpuguard_admission_decisions_total{") && strings.Contains(k, label) {
+		if keep(k) {
 			sum += v
 		}
 	}
-	return sum, nil
+	return sum
+}
+
+// MetricPrefix selects the samples of one metric, whatever their labels.
+func MetricPrefix(name string) func(string) bool {
+	return func(k string) bool { return strings.HasPrefix(k, name+"{") }
 }
 
 // PeakRSS is the most resident memory the running process has had, in

@@ -14,7 +14,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
 	"github.com/gpuguard/gpuguard/internal/wellknown"
@@ -71,8 +70,8 @@ func agentHeartbeats(t *testing.T, ctx context.Context, in *framework.Installati
 		t.Error("the injection came back on while every Lease was renewed in time")
 	}
 	agents := float64(hb.writes.Load()-writesBefore) / minutes
-	writes := (sumOf(apiAfter, isWrite) - sumOf(apiBefore, isWrite)) / minutes
-	reads := (sumOf(after, policyReconcile) - sumOf(before, policyReconcile)) / minutes
+	writes := (framework.SumMetrics(apiAfter, isWrite) - framework.SumMetrics(apiBefore, isWrite)) / minutes
+	reads := (framework.SumMetrics(after, policyReconcile) - framework.SumMetrics(before, policyReconcile)) / minutes
 	cpu := (after["process_cpu_seconds_total"] - before["process_cpu_seconds_total"]) / (minutes * 60)
 	// The profile reads the hardening when a Lease would go stale, not on
 	// every renewal: a few times a minute, whatever the fleet's size (one
@@ -103,16 +102,6 @@ func isWrite(k string) bool {
 
 func policyReconcile(k string) bool {
 	return strings.HasPrefix(k, "controller_runtime_reconcile_total{") && strings.Contains(k, `controller="policy"`)
-}
-
-func sumOf(m map[string]float64, keep func(string) bool) float64 {
-	sum := 0.0
-	for k, v := range m {
-		if keep(k) {
-			sum += v
-		}
-	}
-	return sum
 }
 
 func scrapeBoth(t *testing.T, ctx context.Context, wh *framework.Webhook) (webhook, apiserver map[string]float64) {
@@ -202,8 +191,7 @@ func startHeartbeats(t *testing.T, ctx context.Context, namespace string, nodes 
 		go func() {
 			defer h.wg.Done()
 			for name := range due {
-				patch := fmt.Sprintf(`{"spec":{"renewTime":%q}}`, metav1.NowMicro().Format(metav1.RFC3339Micro))
-				_, err := leases.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+				err := framework.RenewLease(ctx, s.cp.Client, namespace, name)
 				switch {
 				case err == nil:
 					h.writes.Add(1)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -93,12 +92,7 @@ func TestBackgroundAuditAtFleetSize(t *testing.T) {
 	if peak > auditMemoryGoal {
 		t.Errorf("the webhook's peak RSS through the audit was %d MiB, over the chart's limit of %d MiB", peak>>20, auditMemoryGoal>>20)
 	}
-	requests := 0.0
-	for k, v := range m {
-		if strings.HasPrefix(k, "rest_client_requests_total{") {
-			requests += v
-		}
-	}
+	requests := framework.SumMetrics(m, framework.MetricPrefix("rest_client_requests_total"))
 	t.Logf("scale: fleet %d nodes, %d pods (%d leaking) in %d namespaces, built in %s",
 		f.nodes, f.pods, f.leaking, f.namespaces, f.took.Round(time.Second))
 	t.Logf("scale: audit %.1f s (%s from the webhook's start), peak RSS %d MiB (goal %d), %.0f API requests by the webhook, %d Reports (largest %d KiB, %d KiB in all)",

@@ -146,11 +146,8 @@ func (n *Nodes) freshLeases(ctx context.Context) (map[string]map[string]time.Tim
 	}
 	for _, l := range leases.Items {
 		s := l.Spec
-		if s.HolderIdentity == nil || s.RenewTime == nil || s.LeaseDurationSeconds == nil {
-			continue
-		}
-		stale := s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second)
-		if !now().Before(stale) {
+		stale, ok := StaleAt(s)
+		if !ok || s.HolderIdentity == nil || !now().Before(stale) {
 			continue
 		}
 		for prefix, nodes := range out {
@@ -160,6 +157,15 @@ func (n *Nodes) freshLeases(ctx context.Context) (map[string]map[string]time.Tim
 		}
 	}
 	return out, nil
+}
+
+// StaleAt is when a Lease goes stale unless renewed: its renewal plus its
+// duration; false when it has either not.
+func StaleAt(s coordinationv1.LeaseSpec) (time.Time, bool) {
+	if s.RenewTime == nil || s.LeaseDurationSeconds == nil {
+		return time.Time{}, false
+	}
+	return s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second), true
 }
 
 // advertisesGPUs reports whether a node's allocatable holds a GPU resource.

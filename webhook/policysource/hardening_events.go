@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/gpuguard/gpuguard/webhook/hardening"
 )
 
 // The hardening is read again on the events that can change it, and not on
@@ -45,11 +47,8 @@ func leaseFreshnessChanged(now func() time.Time) predicate.Funcs {
 		if !equalPtr(o.HolderIdentity, c.HolderIdentity) || !equalPtr(o.LeaseDurationSeconds, c.LeaseDurationSeconds) {
 			return true
 		}
-		if o.RenewTime == nil || o.LeaseDurationSeconds == nil {
-			return true
-		}
-		stale := o.RenewTime.Add(time.Duration(*o.LeaseDurationSeconds) * time.Second)
-		return !now().Before(stale)
+		stale, ok := hardening.StaleAt(o)
+		return !ok || !now().Before(stale)
 	}}
 }
 
