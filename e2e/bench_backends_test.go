@@ -101,6 +101,7 @@ func benchArms() []benchArm {
 		{name: "default", webhook: webhookGPUGuardFiltered, cel: celFull},
 		{name: "default-unfiltered", webhook: webhookGPUGuard, cel: celFull},
 		{name: "hardened", cel: celHardened},
+		{name: "hardened+idle-webhooks", webhook: webhookIdle, cel: celHardened},
 		{name: "node-enforced", webhook: webhookGPUGuardFilteredNoInjection, cel: celHardened},
 	}
 }
@@ -145,9 +146,13 @@ func newBenchBackends(b *testing.B) *benchBackends {
 	if err != nil {
 		b.Fatal(err)
 	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: benchAllGPUs}, Data: map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"}}
+	if _, err := s.cp.Client.CoreV1().ConfigMaps(enforceNS).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		b.Fatal(err)
+	}
 	return &benchBackends{noop: startReferenceWebhook(b, false), patch: startReferenceWebhook(b, true),
 		full: full, hardened: hardened, minimal: minimalPolicies(full), applyMAP: applyConfigurationPolicies(full),
-		filtered: filteredConfigs(b, config.Default()), covered: filteredConfigs(b, noInjection), idle: conditionedConfigs(idleCondition)}
+		filtered: filteredConfigs(b, config.Default()), covered: filteredConfigs(b, noInjection), idle: conditionedConfigs(idleCondition, idleCondition)}
 }
 
 // renamedCopy is a copy of the policies and bindings under another name.
@@ -298,11 +303,22 @@ func (bb *benchBackends) installWebhooks(ctx context.Context, k webhookKind) err
 	}
 	if k == webhookGPUGuardFiltered || k == webhookGPUGuardFilteredNoInjection || k == webhookIdle {
 		// Ordinary pods no longer reach the webhooks: wait for the
-		// webhook's own denial of a violating one (by an annotation, which
-		// the minimal MAP's patch of env leaves in place).
+		// webhook's own denial of a violating one. The idle condition
+		// holds for the probe alone, which the mutating webhook denies by
+		// an annotation (the minimal MAP's patch of env leaves it in
+		// place). Behind the pre-filter, the probe is one only the
+		// validating webhook judges, since the mutating one is not called
+		// for a denial and gpuguard's VAP would make it first: a GPU
+		// container pouring in a ConfigMap that asks for every GPU.
+		probe := plainPod(idleProbe)
+		probe.Annotations = map[string]string{"cdi.k8s.io/gpus": "nvidia.com/gpu=all"}
+		if k != webhookIdle {
+			probe.Annotations = nil
+			probe.Spec.Containers = []corev1.Container{gpuContainer("train")}
+			probe.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: benchAllGPUs}}}}
+		}
 		return framework.Poll(ctx, time.Minute, func() (bool, error) {
-			probe := plainPod(idleProbe)
-			probe.Annotations = map[string]string{"cdi.k8s.io/gpus": "nvidia.com/gpu=all"}
 			_, err := pods.Create(ctx, probe, dry)
 			return err != nil && strings.Contains(err.Error(), "gpuguard denied"), nil
 		})
@@ -310,15 +326,25 @@ func (bb *benchBackends) installWebhooks(ctx context.Context, k webhookKind) err
 	return s.waitEnforcing(ctx)
 }
 
-// filteredConfigs are the suite's webhook configurations with the
-// pre-filter of policy p on the pod webhooks.
+// filteredConfigs are the suite's webhook configurations with policy p's
+// conditions on the pod webhooks, as the webhook keeps them: the mutation
+// pre-filter on the mutating one, the whole pre-filter on the validating.
 func filteredConfigs(tb testing.TB, p *config.Policy) *framework.WebhookConfigurations {
-	expr, err := cel.Prefilter(p)
+	whole, err := cel.Prefilter(p)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return conditionedConfigs(admissionregistrationv1.MatchCondition{Name: cel.PrefilterName, Expression: expr})
+	mutation, err := cel.MutationPrefilter(p)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return conditionedConfigs(admissionregistrationv1.MatchCondition{Name: cel.MutationPrefilterName, Expression: mutation},
+		admissionregistrationv1.MatchCondition{Name: cel.PrefilterName, Expression: whole})
 }
+
+// benchAllGPUs names the ConfigMap, asking for every GPU, that the probe of
+// the pre-filtered arms pours into its GPU container.
+const benchAllGPUs = "bench-all-gpus"
 
 // idleProbe names the pod by which arrange sees the webhooks in place; the
 // idle condition holds for it alone.
@@ -327,18 +353,18 @@ const idleProbe = "gpuguard-idle-probe"
 var idleCondition = admissionregistrationv1.MatchCondition{Name: "idle", Expression: `object.metadata.name == "` + idleProbe + `"`}
 
 // conditionedConfigs are the suite's webhook configurations with a match
-// condition on the pod webhooks.
-func conditionedConfigs(cond admissionregistrationv1.MatchCondition) *framework.WebhookConfigurations {
+// condition on each pod webhook.
+func conditionedConfigs(mutating, validating admissionregistrationv1.MatchCondition) *framework.WebhookConfigurations {
 	s.Configs.PointAt(s.Webhook.Port, s.CA.PEM)
 	f := &framework.WebhookConfigurations{Mutating: s.Configs.Mutating.DeepCopy(), Validating: s.Configs.Validating.DeepCopy()}
 	for i := range f.Mutating.Webhooks {
 		if w := &f.Mutating.Webhooks[i]; w.Name == prefilteredWebhooks[0] {
-			w.MatchConditions = append(w.MatchConditions, cond)
+			w.MatchConditions = append(w.MatchConditions, mutating)
 		}
 	}
 	for i := range f.Validating.Webhooks {
 		if w := &f.Validating.Webhooks[i]; w.Name == prefilteredWebhooks[1] {
-			w.MatchConditions = append(w.MatchConditions, cond)
+			w.MatchConditions = append(w.MatchConditions, validating)
 		}
 	}
 	return f
