@@ -175,8 +175,8 @@ demo-node: upstream node-binaries
 # then container create latency at a real containerd with and without the
 # node enforcer (root; skips elsewhere).
 bench-e2e: upstream node-binaries
-	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run '^$$' -bench PodCreate ./e2e/
-	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run '^$$' -bench ContainerCreate ./e2e/node/
+	bash hack/bench-run.sh $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run '^$$' -bench PodCreate ./e2e/
+	bash hack/bench-run.sh $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run '^$$' -bench ContainerCreate ./e2e/node/
 
 # A local control plane with gpuguard installed; applies examples/ through it.
 # Shows what the API server did with each object.
