@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"slices"
 	"strings"
@@ -88,6 +89,12 @@ func BenchmarkPodCreate(b *testing.B) {
 	}
 }
 
+// concurrentArms are BenchmarkPodCreateConcurrent's arms; a shorter list
+// gives a quicker run of the arms that matter to a question.
+var concurrentArms = flag.String("bench.concurrent-arms", "without,min-map,min-map+min-vap,min-map+min-vap+idle-webhooks,patch-webhook,"+
+	"cel,inject-webhook+cel-vap,default,hardened,hardened+idle-webhooks,node-enforced",
+	"comma-separated arms of BenchmarkPodCreateConcurrent, without first")
+
 // BenchmarkPodCreateConcurrent creates pods from 16 clients at once, arm
 // after arm in alternation, and reports each arm's throughput as a ratio to
 // no policy's (throughput-ratio-ARM). Beside gpuguard's arms it measures the
@@ -102,8 +109,10 @@ func BenchmarkPodCreateConcurrent(b *testing.B) {
 	bench := newBenchBackends(b)
 	defer bench.restore(b)
 	elapsed := map[string]time.Duration{}
-	arms := armsNamed(b, "without", "min-map", "min-map+min-vap", "min-map+min-vap+idle-webhooks", "patch-webhook",
-		"cel", "inject-webhook+cel-vap", "default", "hardened", "hardened+idle-webhooks", "node-enforced")
+	arms := armsNamed(b, strings.Split(*concurrentArms, ",")...)
+	if arms[0].name != "without" {
+		b.Fatalf("-bench.concurrent-arms must start with without, the reference, not %s", arms[0].name)
+	}
 	for round := range rounds {
 		for _, a := range inRoundOrder(arms, round, rounds) {
 			if err := bench.arrange(ctx, a); err != nil {

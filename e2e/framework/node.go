@@ -54,6 +54,9 @@ type Node struct {
 	profile                                           *NodeProfile
 
 	containerd, kubelet, agent, kubeProxy *daemon
+	// noopNRI, when running, is the node benchmark's reference NRI plugin.
+	noopNRI       *daemon
+	noopNRIBinary string
 	// savedSysctls are the host's values of what the kubelet and the bridge
 	// plugin change, restored by Stop.
 	savedSysctls map[string]string
@@ -399,7 +402,7 @@ func (n *Node) stop(ctx context.Context) error {
 	if n.kubelet != nil && n.containerd != nil {
 		errs = append(errs, n.drain(ctx))
 	}
-	for _, d := range []*daemon{n.agent, n.kubeProxy, n.kubelet, n.containerd} {
+	for _, d := range []*daemon{n.noopNRI, n.agent, n.kubeProxy, n.kubelet, n.containerd} {
 		errs = append(errs, d.stop(30*time.Second))
 	}
 	killShims(n.Root)

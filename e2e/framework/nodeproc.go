@@ -31,6 +31,11 @@ func startDaemon(name, logDir string, env []string, bin string, args ...string) 
 	}
 	d.cmd = exec.Command(bin, args...)
 	d.cmd.Env = append(os.Environ(), env...)
+	// In its log directory, never the test's working directory (the source
+	// tree): the kubelet's log cleanup globs a container's log path plus
+	// "*" and removes what it finds, so a container without a log path had
+	// it remove the first entry of its working directory, a source file.
+	d.cmd.Dir = logDir
 	d.cmd.Stdout, d.cmd.Stderr = log, log
 	// Its own process group: a terminal's Ctrl-C reaches the test binary,
 	// which then stops the node in order.
