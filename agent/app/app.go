@@ -52,6 +52,10 @@ type Agent struct {
 	assessed assessment
 	// kube records the verifier's Events and evictions; nil without API access.
 	kube kubernetes.Interface
+	// unqueued makes the calls a container's creation waits on (the
+	// enforcer's reads of pods) and the Leases that keep the node counted
+	// as covered; nil without API access. See apiClients.
+	unqueued kubernetes.Interface
 	// lastPolicy is the last policy the verifier could read; policyErr the
 	// last problem with the file, logged once.
 	policyMu   sync.Mutex
@@ -101,7 +105,7 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Agent, error)
 		}
 		nodeLabels = p
 	}
-	kube, reports, err := apiClients(cfg)
+	kube, unqueued, reports, err := apiClients(cfg)
 	if err != nil {
 		return nil, ConfigError{err}
 	}
@@ -109,7 +113,7 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Agent, error)
 	if err != nil {
 		return nil, ConfigError{err}
 	}
-	a := &Agent{cfg: cfg, set: set, log: log, backend: b, nodeLabels: nodeLabels, kube: kube, reports: reports,
+	a := &Agent{cfg: cfg, set: set, log: log, backend: b, nodeLabels: nodeLabels, kube: kube, unqueued: unqueued, reports: reports,
 		verifyMetrics: verifier.NewMetrics(reg),
 		pluginMetrics: plugin.NewMetrics(reg),
 		hardening:     nodereport.NewMetrics(reg),

@@ -41,13 +41,13 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 	}
 	current := &atomic.Pointer[enforcer.Rules]{}
 	current.Store(rules)
-	ex := &verifier.Exemptions{Client: a.kube}
+	ex := &verifier.Exemptions{Client: a.unqueued}
 	ex.Set(pol, a.cfg.VerifyExemptNamespaces)
 	p := &enforcer.Plugin{Rules: current, Allocations: allocations, Checkpoint: verifier.NewCheckpoint(a.cfg.DevicePluginDir), Exemptions: ex,
 		Client: a.kube, Node: a.cfg.NodeName, Log: a.log.WithName("enforce"),
 		Decisions: a.enforceDecisions, Latency: a.enforceLatency}
-	if ns := a.leaseNamespace(); a.kube != nil && ns != "" {
-		p.Lease = &enforcer.Lease{Client: a.kube, Namespace: ns, Node: a.cfg.NodeName, Duration: enforcer.DefaultLeaseDuration, Log: p.Log}
+	if ns := a.leaseNamespace(); a.unqueued != nil && ns != "" {
+		p.Lease = &enforcer.Lease{Client: a.unqueued, Namespace: ns, Node: a.cfg.NodeName, Duration: enforcer.DefaultLeaseDuration, Log: p.Log}
 	}
 	s.wg.Add(2)
 	go func() {
@@ -120,9 +120,9 @@ func (a *Agent) leaseNamespace() string {
 // is fresh. nil when the agent publishes no labels or has no API access.
 func (a *Agent) agentLease() *enforcer.Lease {
 	ns := a.leaseNamespace()
-	if a.nodeLabels == nil || a.kube == nil || ns == "" {
+	if a.nodeLabels == nil || a.unqueued == nil || ns == "" {
 		return nil
 	}
-	return &enforcer.Lease{Client: a.kube, Namespace: ns, Node: a.cfg.NodeName, Name: wellknown.AgentLeasePrefix + a.cfg.NodeName,
+	return &enforcer.Lease{Client: a.unqueued, Namespace: ns, Node: a.cfg.NodeName, Name: wellknown.AgentLeasePrefix + a.cfg.NodeName,
 		Duration: enforcer.DefaultLeaseDuration, Log: a.log.WithName("lease")}
 }

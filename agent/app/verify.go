@@ -74,8 +74,10 @@ func (a *Agent) startVerifier(ctx context.Context, s *session, inv *discovery.In
 		}}
 	}
 	// The policy's exemptions, read again every pass; service accounts of
-	// pods with findings are read from the API server and kept.
-	ex := &verifier.Exemptions{Client: a.kube}
+	// pods with findings are read from the API server and kept. Unqueued:
+	// a read that failed behind a burst of Events would have an exempt
+	// container's findings acted on.
+	ex := &verifier.Exemptions{Client: a.unqueued}
 	v.Exempt, v.Fraction = ex.OfGPUs, ex.KAIFraction
 	s.wg.Add(1)
 	go func() {
@@ -158,27 +160,42 @@ func (a *Agent) connectVerifier(ctx context.Context, v *verifier.Verifier, ex *v
 	return nil
 }
 
-// apiClients makes the verifier's clients: for Events and evictions, and with
-// --reports for its ClusterReport. What needs API access refuses to run
-// without it.
-func apiClients(cfg Config) (kubernetes.Interface, dynamic.Interface, error) {
+// apiClients makes the agent's clients: kube for Events and evictions,
+// reports with --reports for its ClusterReport, and unqueued for what must
+// not wait behind those. What needs API access refuses to run without it.
+//
+// kube keeps client-go's client-side rate limit (5 calls a second, bursts
+// of 10), and tenants drive how many Events the agent writes, one for each
+// container the enforcer changes. unqueued has no client-side limit: a
+// container's creation waits on the enforcer's read of its pod (for its
+// service account's exemption) within 1.5 s, and the node counts as
+// covered only while its Leases are renewed; queued behind a burst of
+// Events, the read failed and an exempt container was judged, by the
+// enforcer and the verifier, as though it were not, and a renewal could
+// be late. The API server's priority and fairness still bounds them, and
+// a pod is read once.
+func apiClients(cfg Config) (kube, unqueued kubernetes.Interface, reports dynamic.Interface, err error) {
 	rc, err := apiConfig(cfg.Kubeconfig)
 	switch {
 	case err != nil:
-		return nil, nil, err
+		return nil, nil, nil, err
 	case rc == nil && cfg.Verify == verifier.ModeEnforce:
-		return nil, nil, fmt.Errorf("--verify=enforce deletes pods through the API server: run in a cluster or pass --kubeconfig")
+		return nil, nil, nil, fmt.Errorf("--verify=enforce deletes pods through the API server: run in a cluster or pass --kubeconfig")
 	case rc == nil && cfg.Reports:
-		return nil, nil, fmt.Errorf("--reports writes a ClusterReport through the API server: run in a cluster or pass --kubeconfig")
+		return nil, nil, nil, fmt.Errorf("--reports writes a ClusterReport through the API server: run in a cluster or pass --kubeconfig")
 	case rc == nil:
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
-	kube, err := kubernetes.NewForConfig(rc)
-	if err != nil || !cfg.Reports {
-		return kube, nil, err
+	if kube, err = kubernetes.NewForConfig(rc); err != nil {
+		return nil, nil, nil, err
 	}
-	dyn, err := dynamic.NewForConfig(rc)
-	return kube, dyn, err
+	free := rest.CopyConfig(rc)
+	free.QPS, free.Burst, free.RateLimiter = -1, 0, nil
+	if unqueued, err = kubernetes.NewForConfig(free); err != nil || !cfg.Reports {
+		return kube, unqueued, nil, err
+	}
+	reports, err = dynamic.NewForConfig(rc)
+	return kube, unqueued, reports, err
 }
 
 // verifierPolicy is the policy the verifier judges by: the file's, read again

@@ -152,9 +152,7 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 		// timing out, and close it.
 		return "error", nil, fmt.Errorf("gpuguard: cannot read the kubelet's GPU allocation for %s: %s", key, err.Error())
 	}
-	c := verifier.Container{ID: ctr.GetId(), Key: key, PodUID: pod.GetUid()}
-	facts := Facts{KAIFraction: p.Exemptions.KAIFraction(ctx, c) > 0}
-	facts.Exempt, facts.Waived = p.Exemptions.Of(ctx, c)
+	facts := Facts{}
 	allocated, ok := allocations[key]
 	if !ok && p.Checkpoint != nil {
 		if allocated, _, err = p.Checkpoint.Container(pod.GetUid(), ctr.GetName()); err != nil {
@@ -167,6 +165,17 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 			facts.Allocated = append(facts.Allocated, ids...)
 		}
 	}
+	// Exemptions and KAI's fractions only leave alone what the decision
+	// would change: a container that keeps its spec without them (a GPU
+	// container within its allocation) keeps it with them, and needs no
+	// read of its pod from the API server.
+	if !rules.Decide(spec, facts).Changed() {
+		log.V(1).Info("unchanged", "allocated", facts.Allocated)
+		return "unchanged", nil, nil
+	}
+	c := verifier.Container{ID: ctr.GetId(), Key: key, PodUID: pod.GetUid()}
+	facts.KAIFraction = p.Exemptions.KAIFraction(ctx, c) > 0
+	facts.Exempt, facts.Waived = p.Exemptions.Of(ctx, c)
 	if facts.Exempt != "" && facts.Waived == nil {
 		log.V(1).Info("exempt", "exemption", facts.Exempt)
 		return "exempt", nil, nil

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -44,7 +45,28 @@ type PodResources struct {
 	conn   *grpc.ClientConn
 	// getUnsupported: the kubelet refused Get once; list from then on.
 	getUnsupported atomic.Bool
+	// pace keeps this client's calls within the kubelet's rate.
+	pace *rate.Limiter
 }
+
+// The kubelet serves PodResources at most kubeletQPS calls a second, in
+// bursts of at most kubeletBurst, across all its clients on the node; it
+// turns the rest away with ResourceExhausted ("rejected by rate limit",
+// k8s.io/kubernetes pkg/kubelet/apis/podresources/constants.go and
+// pkg/kubelet/apis/grpc/ratelimit.go). The enforcer reads once for each
+// container it creates, and a node starting many pods at once would
+// otherwise have the kubelet's refusals become refused containers.
+const (
+	kubeletQPS   = 100
+	kubeletBurst = 10
+)
+
+// Backoff after the kubelet turned a call away for its rate: another
+// client used its budget. The kubelet's budget refills a call every 10 ms.
+const (
+	rateRetryFirst = 5 * time.Millisecond
+	rateRetryMax   = 40 * time.Millisecond
+)
 
 // DialPodResources connects to the kubelet's PodResources socket. The
 // connection is lazy: a kubelet not up yet is an error of the first List.
@@ -53,7 +75,32 @@ func DialPodResources(socket string) (*PodResources, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the kubelet's PodResources socket %s: %w", socket, err)
 	}
-	return &PodResources{client: podresourcesapi.NewPodResourcesListerClient(conn), conn: conn}, nil
+	return &PodResources{client: podresourcesapi.NewPodResourcesListerClient(conn), conn: conn,
+		pace: rate.NewLimiter(kubeletQPS, kubeletBurst)}, nil
+}
+
+// withinRate makes one call to the kubelet within its rate: queued on this
+// side at the kubelet's own rate, so that this client's bursts wait their
+// turn rather than being turned away, and tried again while the kubelet
+// turns it away for its rate, which other clients share, until ctx ends.
+func withinRate[T any](ctx context.Context, p *PodResources, call func(context.Context) (T, error)) (T, error) {
+	var zero T
+	backoff := rateRetryFirst
+	for {
+		if err := p.pace.Wait(ctx); err != nil {
+			return zero, fmt.Errorf("waiting for a turn within the kubelet's PodResources rate (%d calls a second): %w", kubeletQPS, err)
+		}
+		v, err := call(ctx)
+		if status.Code(err) != codes.ResourceExhausted {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return zero, fmt.Errorf("the kubelet kept turning the call away for its rate until %w: %w", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, rateRetryMax)
+	}
 }
 
 // Close closes the connection.
@@ -64,7 +111,9 @@ func (p *PodResources) Close() error { return p.conn.Close() }
 func (p *PodResources) Allocations(ctx context.Context) (Allocations, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := p.client.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+	resp, err := withinRate(ctx, p, func(ctx context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+		return p.client.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("listing the kubelet's pod resources: %w", err)
 	}
@@ -87,7 +136,9 @@ type PodAllocationSource interface {
 // feature gate off) it lists, and keeps listing from then on.
 func (p *PodResources) PodAllocations(ctx context.Context, namespace, pod string) (Allocations, error) {
 	if !p.getUnsupported.Load() {
-		resp, err := p.client.Get(ctx, &podresourcesapi.GetPodResourcesRequest{PodNamespace: namespace, PodName: pod})
+		resp, err := withinRate(ctx, p, func(ctx context.Context) (*podresourcesapi.GetPodResourcesResponse, error) {
+			return p.client.Get(ctx, &podresourcesapi.GetPodResourcesRequest{PodNamespace: namespace, PodName: pod})
+		})
 		if err == nil {
 			out := Allocations{}
 			addPod(out, resp.GetPodResources())

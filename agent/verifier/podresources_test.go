@@ -8,10 +8,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -49,14 +54,14 @@ func (k *kubeletPodResources) Get(_ context.Context, req *podresourcesapi.GetPod
 }
 
 // serveKubelet serves k on a unix socket and dials it.
-func serveKubelet(t *testing.T, k *kubeletPodResources) *PodResources {
+func serveKubelet(t *testing.T, k *kubeletPodResources, opts ...grpc.ServerOption) *PodResources {
 	t.Helper()
 	socket := filepath.Join(t.TempDir(), "kubelet.sock")
 	l, err := net.Listen("unix", socket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	podresourcesapi.RegisterPodResourcesListerServer(srv, k)
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(srv.Stop)
@@ -106,6 +111,69 @@ func TestPodAllocationsByGet(t *testing.T) {
 	pr = serveKubelet(t, &kubeletPodResources{resp: resp, getFails: true})
 	if _, err := pr.PodAllocations(ctx, "team-a", "train"); err == nil || !strings.Contains(err.Error(), "team-a/train") {
 		t.Errorf("a failing Get: err = %v, want one naming the pod", err)
+	}
+}
+
+// kubeletRateLimit turns calls beyond limit away as the kubelet's
+// PodResources server does (pkg/kubelet/apis/grpc/ratelimit.go).
+func kubeletRateLimit(limit *rate.Limiter) grpc.ServerOption {
+	return grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handle grpc.UnaryHandler) (any, error) {
+		if !limit.Allow() {
+			return nil, status.Error(codes.ResourceExhausted, "rejected by rate limit")
+		}
+		return handle(ctx, req)
+	})
+}
+
+// TestPodAllocationsWithinTheKubeletsRate: a node creating many containers
+// at once reads beyond the kubelet's PodResources rate (100 calls a
+// second, bursts of 10, for all its clients). Every read waits its turn
+// rather than failing, and so every container is judged rather than
+// refused, even after another client on the node took the kubelet's whole
+// burst. A read that gets no turn before its deadline fails, naming the
+// pod and the rate.
+func TestPodAllocationsWithinTheKubeletsRate(t *testing.T) {
+	resp := &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
+		{Name: "train", Namespace: "team-a", Containers: []*podresourcesapi.ContainerResources{
+			{Name: "main", Devices: []*podresourcesapi.ContainerDevices{{ResourceName: "nvidia.com/gpu", DeviceIds: []string{"GPU-1"}}}}}},
+	}}
+	kubelet := rate.NewLimiter(kubeletQPS, kubeletBurst)
+	k := &kubeletPodResources{resp: resp}
+	pr := serveKubelet(t, k, kubeletRateLimit(kubelet))
+	for kubelet.Allow() {
+		// Another client on the node takes the burst.
+	}
+	const reads = 4 * kubeletBurst
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, reads)
+	for range reads {
+		wg.Go(func() {
+			got, err := pr.PodAllocations(ctx, "team-a", "train")
+			if err == nil && len(got[ContainerKey{"team-a", "train", "main"}]["nvidia.com/gpu"]) != 1 {
+				err = fmt.Errorf("allocation %v", got)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a read beyond the kubelet's burst: %v", err)
+		}
+	}
+	if got := k.gets.Load(); got != reads {
+		t.Errorf("the kubelet served %d Gets, want %d", got, reads)
+	}
+
+	never := serveKubelet(t, &kubeletPodResources{resp: resp}, kubeletRateLimit(rate.NewLimiter(0, 0)))
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := never.PodAllocations(short, "team-a", "train")
+	if err == nil || !strings.Contains(err.Error(), "team-a/train") || !strings.Contains(err.Error(), "rate") {
+		t.Errorf("a kubelet that never has a turn: err = %v, want one naming the pod and the rate", err)
 	}
 }
 

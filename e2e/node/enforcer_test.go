@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,6 +178,49 @@ func testEnforcedPrivilegedRefused(t *testing.T) {
 	p := probePod("enforced-privileged")
 	p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: new(true)}
 	expectRefused(t, p)
+}
+
+// testEnforcedBurst: a node creating many containers at once makes the
+// enforcer read the kubelet's allocations faster than the kubelet serves
+// PodResources (100 calls a second, in bursts of 10, turning the rest away).
+// Every container is still judged, and adjusted to its allocation; none is
+// refused for the kubelet's rate.
+func testEnforcedBurst(t *testing.T) {
+	logEnforcerOnFailure(t)
+	const containers = 40
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sb, stop, err := startHeldSandbox(ctx, "enforced-burst", "burst-logs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	adjusted := func() float64 {
+		m, err := s.node.AgentMetrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m[`gpuguard_agent_enforcer_decisions_total{result="adjusted"}`]
+	}
+	before := adjusted()
+	var wg sync.WaitGroup
+	ids := make([]string, containers)
+	errs := make([]error, containers)
+	for i := range containers {
+		wg.Go(func() { ids[i], errs[i] = sb.create(ctx, fmt.Sprintf("burst-%d", i), framework.ProbeImage) })
+	}
+	wg.Wait()
+	for i, id := range ids {
+		if id != "" {
+			_ = sb.runtime.RemoveContainer(ctx, id)
+		}
+		if errs[i] != nil {
+			t.Errorf("container %d of a burst of %d: %v", i, containers, errs[i])
+		}
+	}
+	if got := adjusted() - before; got != containers {
+		t.Errorf("the enforcer adjusted %v of the burst's %d containers (the probe image asks for every GPU), want all", got, containers)
+	}
 }
 
 // expectRefused creates p and waits until the kubelet reports that the

@@ -5,13 +5,18 @@ package node
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	cri "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	remote "k8s.io/cri-client/pkg"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
 )
@@ -140,4 +145,51 @@ func apply(t *testing.T, p framework.NodeProfile) {
 	if err := s.node.Apply(context.Background(), p); err != nil {
 		t.Fatalf("configuring the node (%s): %v\n%s", p, err, s.node.LogTails())
 	}
+}
+
+// heldSandbox is a running pod's sandbox at the node's containerd, for
+// creating containers in it directly over CRI, as the kubelet does.
+type heldSandbox struct {
+	runtime cri.RuntimeService
+	id      string
+	config  *runtimeapi.PodSandboxConfig
+}
+
+// startHeldSandbox starts a held probe pod through the kubelet and finds
+// its sandbox: the kubelet stops sandboxes it does not know, and the
+// enforcer reads the pod's allocation from it. The pod is deleted when
+// stop is called.
+func startHeldSandbox(ctx context.Context, prefix, logDir string) (sb *heldSandbox, stop func(), err error) {
+	rs, err := remote.NewRemoteRuntimeServiceBuilder().WithEndpoint("unix://" + s.node.ContainerdSocket()).
+		WithConnectionTimeout(10 * time.Second).WithTracerProvider(nil).Build(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	pod, err := s.node.StartHeldProbe(ctx, tenantNS, probePod(prefix))
+	if err != nil {
+		return nil, nil, err
+	}
+	stop = func() { _ = s.node.DeletePod(ctx, tenantNS, pod.Name) }
+	sandboxes, err := rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{
+		LabelSelector: map[string]string{"io.kubernetes.pod.uid": string(pod.UID)},
+		State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}})
+	if err != nil || len(sandboxes) != 1 {
+		stop()
+		return nil, nil, fmt.Errorf("the sandbox of %s: %v (%d found)", pod.Name, err, len(sandboxes))
+	}
+	// Each container gets a log path, as the kubelet gives it: removing a
+	// container it does not know, the kubelet deletes every file matching
+	// its log path plus "*", which for a container without one is every
+	// file of the kubelet's working directory.
+	return &heldSandbox{runtime: rs, id: sandboxes[0].Id, config: &runtimeapi.PodSandboxConfig{
+		Metadata: sandboxes[0].Metadata, Labels: sandboxes[0].Labels, LogDirectory: filepath.Join(s.node.Root, logDir)}}, stop, nil
+}
+
+// create creates a container of image named name in the sandbox.
+func (sb *heldSandbox) create(ctx context.Context, name, image string) (string, error) {
+	return sb.runtime.CreateContainer(ctx, sb.id, &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: name},
+		Image:    &runtimeapi.ImageSpec{Image: image},
+		LogPath:  name + ".log",
+	}, sb.config)
 }

@@ -67,6 +67,7 @@ func TestNode(t *testing.T) {
 		t.Run("a GPU init container asking for every GPU sees its own", testEnforcedInitContainer)
 		t.Run("a pod bound to the node asking for what it does not advertise sees no GPU", testEnforcedUnhonoured)
 		t.Run("a privileged container is refused", testEnforcedPrivilegedRefused)
+		t.Run("a burst of creations beyond the kubelet's PodResources rate is judged, none refused", testEnforcedBurst)
 		t.Run("with the enforcer down a container is created as its pod says, and judged at its next start", testEnforcerDownFailsOpen)
 		apply(t, enforcedRequired)
 		t.Run("required by containerd, with the enforcer down a container is refused until it is back", testEnforcerRequired)
