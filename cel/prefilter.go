@@ -35,25 +35,6 @@ func Prefilter(p *config.Policy) (string, error) {
 	return r.hasWork, nil
 }
 
-// MutationPrefilterName names the mutating pod webhook's match condition.
-const MutationPrefilterName = "gpuguard-has-mutation-work"
-
-// MutationPrefilter is the mutating pod webhook's condition: the triggers
-// of the rules that may change a pod under the policy (policy.Rule.Patches),
-// ORed. A pod for which it does not hold is one the mutating phase admits
-// unchanged; whatever that phase would deny, the validating webhook, behind
-// the whole pre-filter, denies alike on the same object (TestPrefilterIsSafe
-// holds both against the engine). A pod with something to judge but
-// nothing to change (a privileged container, a device annotation, an envFrom)
-// costs one webhook call, not two.
-func MutationPrefilter(p *config.Policy) (string, error) {
-	r, err := newRules(p)
-	if err != nil {
-		return "", err
-	}
-	return r.prefilterOf(func(rule *policy.Rule) bool { return rule.Patches != nil && rule.Patches(p) }), nil
-}
-
 // InjectionPrefilterName names the MutatingAdmissionPolicy's match
 // condition: the pre-filter of the rules it acts for alone.
 const InjectionPrefilterName = "gpuguard-has-injection-work"

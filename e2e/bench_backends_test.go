@@ -307,8 +307,7 @@ func (bb *benchBackends) installWebhooks(ctx context.Context, k webhookKind) err
 		// holds for the probe alone, which the mutating webhook denies by
 		// an annotation (the minimal MAP's patch of env leaves it in
 		// place). Behind the pre-filter, the probe is one only the
-		// validating webhook judges, since the mutating one is not called
-		// for a denial and gpuguard's VAP would make it first: a GPU
+		// webhooks judge, which gpuguard's VAP cannot deny first: a GPU
 		// container pouring in a ConfigMap that asks for every GPU.
 		probe := plainPod(idleProbe)
 		probe.Annotations = map[string]string{"cdi.k8s.io/gpus": "nvidia.com/gpu=all"}
@@ -326,20 +325,15 @@ func (bb *benchBackends) installWebhooks(ctx context.Context, k webhookKind) err
 	return s.waitEnforcing(ctx)
 }
 
-// filteredConfigs are the suite's webhook configurations with policy p's
-// conditions on the pod webhooks, as the webhook keeps them: the mutation
-// pre-filter on the mutating one, the whole pre-filter on the validating.
+// filteredConfigs are the suite's webhook configurations with the
+// pre-filter of policy p on the pod webhooks, as the webhook keeps it.
 func filteredConfigs(tb testing.TB, p *config.Policy) *framework.WebhookConfigurations {
-	whole, err := cel.Prefilter(p)
+	expr, err := cel.Prefilter(p)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	mutation, err := cel.MutationPrefilter(p)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return conditionedConfigs(admissionregistrationv1.MatchCondition{Name: cel.MutationPrefilterName, Expression: mutation},
-		admissionregistrationv1.MatchCondition{Name: cel.PrefilterName, Expression: whole})
+	cond := admissionregistrationv1.MatchCondition{Name: cel.PrefilterName, Expression: expr}
+	return conditionedConfigs(cond, cond)
 }
 
 // benchAllGPUs names the ConfigMap, asking for every GPU, that the probe of

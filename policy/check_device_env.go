@@ -60,8 +60,7 @@ const RuleDeviceEnv RuleID = "device-env"
 
 func init() {
 	register(&Rule{
-		ID:      RuleDeviceEnv,
-		Patches: always,
+		ID: RuleDeviceEnv,
 		Summary: "a non-GPU container setting `NVIDIA_VISIBLE_DEVICES` (or an extra device variable) to anything but `void`, `\"\"` or `none` " +
 			"(`none` is rewritten to `void`: toolkit 1.18.0–1.18.1 leaked every GPU for it); a GPU container setting it to anything but `void` or `\"\"`. " +
 			"Every entry counts, not only the last",

@@ -40,7 +40,6 @@ const RuleEnvValueFrom RuleID = "env-value-from"
 func init() {
 	register(&Rule{
 		ID:      RuleEnvValueFrom,
-		Patches: inStripMode,
 		Summary: "a protected name set through `valueFrom` (its value is unknown at admission)",
 		Order:   130, ContainerCheck: checkEnvValueFrom,
 		// The CEL form, per entry.

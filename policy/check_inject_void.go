@@ -76,8 +76,7 @@ const RuleInjectVoid RuleID = "inject-void"
 
 func init() {
 	register(&Rule{
-		ID:      RuleInjectVoid,
-		Patches: always,
+		ID: RuleInjectVoid,
 		Summary: "(mutation) `NVIDIA_VISIBLE_DEVICES=void` appended to every non-GPU container whose effective value is not `void`/`\"\"` " +
 			"(with `injectVoid` off, to those the toolkit counts as privileged), and a new pod annotated `gpuguard.io/void` with their names; " +
 			"GPU containers are never touched; idempotent",

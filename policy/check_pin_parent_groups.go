@@ -187,8 +187,7 @@ const RulePinParentGroups RuleID = "pin-parent-groups"
 
 func init() {
 	register(&Rule{
-		ID:      RulePinParentGroups,
-		Patches: always,
+		ID: RulePinParentGroups,
 		Summary: "(mutation) on a new pod whose read-only parent host path lacks only safe groups: `supplementalGroupsPolicy: Strict` " +
 			"where unset and `runAsGroup: 65534` (nogroup) where unset; all or nothing, idempotent",
 		// Its CEL form is part of the backstop's MutatingAdmissionPolicy.

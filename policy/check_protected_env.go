@@ -73,7 +73,6 @@ const RuleProtectedEnv RuleID = "protected-env"
 func init() {
 	register(&Rule{
 		ID:      RuleProtectedEnv,
-		Patches: inStripMode,
 		Summary: "protected variables where the policy does not allow them",
 		Order:   120, ContainerCheck: checkProtectedEnv,
 		// The CEL form, per entry: a protected variable set, and for a GPU

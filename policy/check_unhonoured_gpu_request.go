@@ -74,8 +74,6 @@ const RuleUnhonouredGPURequest RuleID = "unhonoured-gpu-request"
 func init() {
 	register(&Rule{
 		ID: RuleUnhonouredGPURequest,
-		// It turns such containers into ones inject-void patches.
-		Patches: always,
 		Summary: "a GPU container of a pod created bound to a node (`spec.nodeName`) that advertises none of its GPU resources " +
 			"is judged as a container without GPUs, with a warning; deny where the node cannot be read",
 		Order: 5, PodCheck: checkUnhonouredGPURequest, PodScopes: []scope{scopePod, scopeTemplate},

@@ -44,23 +44,11 @@ type Rule struct {
 	// webhooks nor the backstop. nil from the function means this policy
 	// leaves the rule nothing to do. A rule with a check must have one.
 	Trigger func(in *CELInput) *CELTrigger
-	// Patches says whether, under a policy, the rule's check may change a
-	// pod in the mutating phase (a patch): the mutating pod webhook is
-	// called for every pod such a rule's trigger holds for
-	// (cel.MutationPrefilter), and spared the rest, whose denials the
-	// validating phase makes alike. nil means never.
-	Patches func(p *config.Policy) bool
 	// WaivedWith names the rule whose result this one judges: an exemption
 	// that waives that rule waives this one too (final-state checks that
 	// inject-void ran, and would deny what its waiver let through).
 	WaivedWith RuleID
 }
-
-// always and inStripMode are values of Rule.Patches; inStripMode is for
-// rules whose denied env entries strip mode removes instead (reportEnv).
-func always(*config.Policy) bool { return true }
-
-func inStripMode(p *config.Policy) bool { return p.Spec.Action == config.ActionStrip }
 
 // CELInput is what a rule's CEL form is rendered from.
 type CELInput struct {

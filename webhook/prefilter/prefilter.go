@@ -1,7 +1,6 @@
-// Package prefilter keeps the pre-filter (cel.Prefilter) on gpuguard's
-// validating pod webhooks, and the narrower cel.MutationPrefilter on its
-// mutating ones, as match conditions, so that the API server calls them only
-// for pods the policy in force has something to say about, or to change.
+// Package prefilter keeps the pre-filter (cel.Prefilter) on gpuguard's pod
+// webhooks, as a match condition, so that the API server calls them only for
+// pods the policy in force has something to say about.
 package prefilter
 
 import (
@@ -53,23 +52,14 @@ func (s *Sync) Apply(ctx context.Context, p *config.Policy) error {
 }
 
 func (s *Sync) apply(ctx context.Context, p *config.Policy) error {
-	whole, err := cel.Prefilter(p)
-	if err != nil {
-		return err
-	}
-	// The mutating webhooks need to see only what the mutating phase may
-	// change: what it would deny, the validating webhooks deny alike.
-	mutation, err := cel.MutationPrefilter(p)
+	expr, err := cel.Prefilter(p)
 	if err != nil {
 		return err
 	}
 	found := map[string]bool{}
-	for _, target := range []struct {
-		kind, name string
-		cond       admissionregistrationv1.MatchCondition
-	}{
-		{"MutatingWebhookConfiguration", s.MutatingConfig, admissionregistrationv1.MatchCondition{Name: cel.MutationPrefilterName, Expression: mutation}},
-		{"ValidatingWebhookConfiguration", s.ValidatingConfig, admissionregistrationv1.MatchCondition{Name: cel.PrefilterName, Expression: whole}},
+	for _, target := range []struct{ kind, name string }{
+		{"MutatingWebhookConfiguration", s.MutatingConfig},
+		{"ValidatingWebhookConfiguration", s.ValidatingConfig},
 	} {
 		if target.name == "" {
 			continue
@@ -84,7 +74,7 @@ func (s *Sync) apply(ctx context.Context, p *config.Policy) error {
 				filtered, found[n] = append(filtered, n), true
 			}
 		}
-		if err := s.patch(ctx, target.kind, target.name, filtered, target.cond); err != nil {
+		if err := s.patch(ctx, target.kind, target.name, filtered, expr); err != nil {
 			return fmt.Errorf("applying to %s %s: %w", target.kind, target.name, err)
 		}
 	}
@@ -121,12 +111,11 @@ func (s *Sync) webhookNames(ctx context.Context, kind, name string) ([]string, e
 // patch applies the condition to the webhooks of one configuration: an
 // apply configuration holding only their names and that one condition.
 // Webhooks no longer named lose it, as the field manager no longer applies
-// it to them; so does a condition of another name it applied before (the
-// mutating webhooks' whole pre-filter, before they got their own).
-func (s *Sync) patch(ctx context.Context, kind, name string, webhooks []string, cond admissionregistrationv1.MatchCondition) error {
+// it to them.
+func (s *Sync) patch(ctx context.Context, kind, name string, webhooks []string, expr string) error {
 	entries := []map[string]any{}
 	for _, w := range webhooks {
-		entries = append(entries, map[string]any{"name": w, "matchConditions": []map[string]string{{"name": cond.Name, "expression": cond.Expression}}})
+		entries = append(entries, map[string]any{"name": w, "matchConditions": []map[string]string{{"name": cel.PrefilterName, "expression": expr}}})
 	}
 	body, err := json.Marshal(map[string]any{
 		"apiVersion": admissionregistrationv1.SchemeGroupVersion.String(), "kind": kind,
