@@ -12,9 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
 	"github.com/gpuguard/gpuguard/internal/wellknown"
@@ -180,11 +185,14 @@ func testEnforcedPrivilegedRefused(t *testing.T) {
 	expectRefused(t, p)
 }
 
-// testEnforcedBurst: a node creating many containers at once makes the
-// enforcer read the kubelet's allocations faster than the kubelet serves
-// PodResources (100 calls a second, in bursts of 10, turning the rest away).
-// Every container is still judged, and adjusted to its allocation; none is
-// refused for the kubelet's rate.
+// testEnforcedBurst: a node creating many containers at once, beside
+// another client of the kubelet's PodResources (a monitoring agent polling
+// 80 times a second), makes the enforcer read the kubelet's allocations
+// faster than the kubelet serves them (100 calls a second for all clients,
+// in bursts of 10, turning the rest away). Every container is still
+// judged, and adjusted to its allocation; none is refused for the
+// kubelet's rate. The other client must have been turned away at least
+// once, or the burst did not reach the kubelet's limit.
 func testEnforcedBurst(t *testing.T) {
 	logEnforcerOnFailure(t)
 	const containers = 40
@@ -203,6 +211,9 @@ func testEnforcedBurst(t *testing.T) {
 		return m[`gpuguard_agent_enforcer_decisions_total{result="adjusted"}`]
 	}
 	before := adjusted()
+	polling, stopPolling := context.WithCancel(ctx)
+	turnedAway := make(chan int)
+	go func() { turnedAway <- pollPodResources(polling, t, 80) }()
 	var wg sync.WaitGroup
 	ids := make([]string, containers)
 	errs := make([]error, containers)
@@ -210,6 +221,10 @@ func testEnforcedBurst(t *testing.T) {
 		wg.Go(func() { ids[i], errs[i] = sb.create(ctx, fmt.Sprintf("burst-%d", i), framework.ProbeImage) })
 	}
 	wg.Wait()
+	stopPolling()
+	if n := <-turnedAway; n == 0 {
+		t.Errorf("the kubelet turned none of the other client's calls away: the burst stayed within its rate, and shows nothing")
+	}
 	for i, id := range ids {
 		if id != "" {
 			_ = sb.runtime.RemoveContainer(ctx, id)
@@ -220,6 +235,38 @@ func testEnforcedBurst(t *testing.T) {
 	}
 	if got := adjusted() - before; got != containers {
 		t.Errorf("the enforcer adjusted %v of the burst's %d containers (the probe image asks for every GPU), want all", got, containers)
+	}
+}
+
+// pollPodResources lists the kubelet's pod resources perSecond times a
+// second until ctx ends, as a monitoring agent does, and returns how many
+// of its calls the kubelet turned away for its rate. It starts with a
+// burst of ten, the kubelet's burst.
+func pollPodResources(ctx context.Context, t *testing.T, perSecond int) (turnedAway int) {
+	conn, err := grpc.NewClient("unix://"+s.node.PodResourcesSocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	defer conn.Close()
+	client := podresourcesapi.NewPodResourcesListerClient(conn)
+	list := func() {
+		if _, err := client.List(ctx, &podresourcesapi.ListPodResourcesRequest{}); status.Code(err) == codes.ResourceExhausted {
+			turnedAway++
+		}
+	}
+	for range 10 {
+		list()
+	}
+	tick := time.NewTicker(time.Second / time.Duration(perSecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return turnedAway
+		case <-tick.C:
+			list()
+		}
 	}
 }
 
