@@ -67,6 +67,7 @@ type Agent struct {
 	// enforceDecisions and enforceLatency are the node enforcer's metrics.
 	enforceDecisions *prometheus.CounterVec
 	enforceLatency   prometheus.Observer
+	enforceReads     *prometheus.CounterVec
 
 	// otherPlugins are the sockets of another NVIDIA device plugin once
 	// seen in --device-plugin=auto. The agent remembers them because a
@@ -126,6 +127,7 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Agent, error)
 	}
 	reg.MustRegister(a.otherPlugin)
 	a.enforceDecisions, a.enforceLatency = enforcer.NewMetrics(reg)
+	a.enforceReads = enforcer.NewReadMetrics(reg)
 	return a, nil
 }
 

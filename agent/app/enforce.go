@@ -45,7 +45,7 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 	ex.Set(pol, a.cfg.VerifyExemptNamespaces)
 	p := &enforcer.Plugin{Rules: current, Allocations: allocations, Checkpoint: verifier.NewCheckpoint(a.cfg.DevicePluginDir), Exemptions: ex,
 		Client: a.kube, Node: a.cfg.NodeName, Log: a.log.WithName("enforce"),
-		Decisions: a.enforceDecisions, Latency: a.enforceLatency}
+		Decisions: a.enforceDecisions, Latency: a.enforceLatency, Reads: a.enforceReads}
 	if ns := a.leaseNamespace(); a.unqueued != nil && ns != "" {
 		p.Lease = &enforcer.Lease{Client: a.unqueued, Namespace: ns, Node: a.cfg.NodeName, Duration: enforcer.DefaultLeaseDuration, Log: p.Log}
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,6 +28,10 @@ func (f fixedAllocations) Allocations(context.Context) (verifier.Allocations, er
 	return verifier.Allocations(f), nil
 }
 
+// quietNRI sets the NRI library's logger once: it is a global, which the
+// goroutines of an earlier test's runtime may still read.
+var quietNRI sync.Once
+
 // startRuntime runs NRI's runtime side, the adaptation library containerd
 // and CRI-O embed, on a unix socket, with no container to synchronise.
 func startRuntime(t testing.TB) (*adaptation.Adaptation, string) {
@@ -38,7 +43,7 @@ func startRuntime(t testing.TB) (*adaptation.Adaptation, string) {
 		return err
 	}
 	update := func(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) { return nil, nil }
-	nrilog.Set(nriLog{logr.Discard()})
+	quietNRI.Do(func() { nrilog.Set(nriLog{logr.Discard()}) })
 	r, err := adaptation.New("runtime", "v1", sync, update, adaptation.WithSocketPath(socket),
 		adaptation.WithPluginPath(filepath.Join(dir, "plugins")), adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")))
 	if err != nil {

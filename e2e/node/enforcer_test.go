@@ -47,15 +47,35 @@ func logEnforcerOnFailure(t *testing.T) {
 
 // testEnforcedNoGPU: a CUDA-image pod (the probe bakes in
 // NVIDIA_VISIBLE_DEVICES=all) without a GPU limit sees no GPU, and its pod
-// gets an Event saying what the enforcer changed.
+// gets an Event saying what the enforcer changed. The enforcer read the
+// pod's allocation as its sandbox started, and its container's creation
+// waited on no read of its own.
 func testEnforcedNoGPU(t *testing.T) {
 	logEnforcerOnFailure(t)
+	sandboxReads, creationReads := kubeletReads(t)
 	report, pod := probe(t, tenantNS, probePod("enforced-no-gpu"))
 	expectGPUs(t, report, nil)
 	if v := report.Env["NVIDIA_VISIBLE_DEVICES"]; v != "void" {
 		t.Errorf("the container ran with NVIDIA_VISIBLE_DEVICES=%q, want void from the enforcer", v)
 	}
 	expectEvent(t, pod, wellknown.ReasonContainerAdjusted, "NVIDIA_VISIBLE_DEVICES=void")
+	sandboxAfter, creationAfter := kubeletReads(t)
+	if sandboxAfter <= sandboxReads || creationAfter != creationReads {
+		t.Errorf("the enforcer's reads of the kubelet: at sandboxes %v -> %v, at creations %v -> %v; want one more at the sandbox, none at the creation",
+			sandboxReads, sandboxAfter, creationReads, creationAfter)
+	}
+}
+
+// kubeletReads are the enforcer's reads of the kubelet's allocations so
+// far: as sandboxes started, and at creations.
+func kubeletReads(t *testing.T) (sandbox, creation float64) {
+	t.Helper()
+	m, err := s.node.AgentMetrics(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "gpuguard_agent_enforcer_kubelet_reads_total"
+	return m[name+`{at="sandbox"}`], m[name+`{at="creation"}`]
 }
 
 // testEnforcedEnvAll: a one-GPU pod whose env asks for every GPU sees its
