@@ -215,7 +215,8 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 	// would change: a container that keeps its spec without them (a GPU
 	// container within its allocation) keeps it with them, and needs no
 	// read of its pod from the API server.
-	if !rules.Decide(spec, facts).Changed() {
+	d := rules.Decide(spec, facts)
+	if !d.Changed() {
 		log.V(1).Info("unchanged", "allocated", facts.Allocated)
 		return "unchanged", nil, nil
 	}
@@ -226,7 +227,10 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 		log.V(1).Info("exempt", "exemption", facts.Exempt)
 		return "exempt", nil, nil
 	}
-	d := rules.Decide(spec, facts)
+	if facts.Exempt != "" || facts.KAIFraction {
+		// Decided again with what relaxes it.
+		d = rules.Decide(spec, facts)
+	}
 	switch {
 	case d.Refuse != "":
 		log.Info("refused", "reason", d.Refuse)
