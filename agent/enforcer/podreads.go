@@ -47,12 +47,8 @@ func (r *podReads) start(uid string, read func(context.Context) (verifier.Alloca
 	if e, ok := r.byUID[uid]; ok && now.Sub(e.started) < readFresh {
 		return
 	}
-	r.prune(now)
 	e := &podRead{started: now, done: make(chan struct{})}
-	if r.byUID == nil {
-		r.byUID = map[string]*podRead{}
-	}
-	r.byUID[uid] = e
+	r.keep(uid, e, now)
 	go func() {
 		defer close(e.done)
 		ctx, cancel := context.WithTimeout(context.Background(), decisionBudget)
@@ -87,7 +83,12 @@ func (r *podReads) put(uid string, started time.Time, allocs verifier.Allocation
 	close(e.done)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.prune(time.Now())
+	r.keep(uid, e, time.Now())
+}
+
+// keep stores a pod's read, dropping those no longer fresh; r.mu is held.
+func (r *podReads) keep(uid string, e *podRead, now time.Time) {
+	r.prune(now)
 	if r.byUID == nil {
 		r.byUID = map[string]*podRead{}
 	}
