@@ -219,12 +219,14 @@ type loadResult struct {
 const killStep = "the SIGKILL of a replica"
 
 // lostWithReplica: the API server's call reached a replica that died under
-// it, or its address before the endpoint went.
+// it (EOF, reset), was written onto a kept-alive connection the dead
+// replica's kernel had already closed (broken pipe), or went to its address
+// before the endpoint went (refused).
 func lostWithReplica(why string) bool {
 	if !strings.Contains(why, "failed calling webhook") {
 		return false
 	}
-	for _, lost := range []string{": EOF", "connection refused", "connection reset by peer", "http2: client connection lost"} {
+	for _, lost := range []string{": EOF", "connection refused", "connection reset by peer", "write: broken pipe", "http2: client connection lost"} {
 		if strings.Contains(why, lost) {
 			return true
 		}
