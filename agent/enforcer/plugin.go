@@ -189,7 +189,7 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 	if !rules.NeedsAllocation(spec) {
 		return "unchanged", nil, nil
 	}
-	allocations, err := p.allocations(ctx, pod, key)
+	allocations, err := p.allocations(ctx, pod)
 	if err != nil {
 		// Fail closed: without the allocation nothing says what the
 		// container may have; the kubelet retries the creation.
@@ -247,14 +247,16 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 }
 
 // allocations are the kubelet's allocations to the pod: those read when
-// its sandbox started or at an earlier container's creation, where fresh
-// and naming the container (PodResources leaves out init containers that
-// are not sidecars), else read now.
-func (p *Plugin) allocations(ctx context.Context, pod *api.PodSandbox, key verifier.ContainerKey) (verifier.Allocations, error) {
+// its sandbox started or at an earlier container's creation, where fresh,
+// else read now. A fresh read serves the containers it does not name too:
+// PodResources names the containers of the pod's spec, which cannot gain
+// one, and those it leaves out (init containers that are not sidecars, a
+// debug container, a container another CRI client put in the sandbox)
+// would be left out of a new read as well; decide looks them up in the
+// device checkpoint, by the pod's UID.
+func (p *Plugin) allocations(ctx context.Context, pod *api.PodSandbox) (verifier.Allocations, error) {
 	if allocs, ok := p.reads.get(ctx, pod.GetUid()); ok {
-		if _, named := allocs[key]; named {
-			return allocs, nil
-		}
+		return allocs, nil
 	}
 	started := time.Now()
 	p.countRead("creation")

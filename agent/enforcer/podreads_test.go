@@ -3,6 +3,8 @@ package enforcer
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,8 +34,10 @@ func (k *countedKubelet) Allocations(context.Context) (verifier.Allocations, err
 // TestPodReadOnceForItsContainers: the enforcer reads a pod's allocations
 // when its sandbox starts, and its containers' creations use that read: a
 // pod with an init container and two app containers costs the kubelet one
-// read. A read that failed, one that does not name the container, one of a
-// removed sandbox and one no longer fresh are made again at the creation.
+// read, and so do containers the read does not name (an init container
+// found in the device checkpoint, a debug container).
+// A read that failed, one of a removed sandbox and one no longer fresh are
+// made again at the creation.
 func TestPodReadOnceForItsContainers(t *testing.T) {
 	kubelet := &countedKubelet{allocs: verifier.Allocations{
 		{Namespace: "team-a", Pod: "train", Container: "warm-up"}: {"nvidia.com/gpu": {"GPU-a"}},
@@ -43,8 +47,15 @@ func TestPodReadOnceForItsContainers(t *testing.T) {
 	rules := &atomic.Pointer[Rules]{}
 	rules.Store(testRules(t))
 	decisions, latency := NewMetrics(prometheus.NewRegistry())
-	p := &Plugin{Rules: rules, Allocations: kubelet, Exemptions: &verifier.Exemptions{}, Log: logr.Discard(),
-		Decisions: decisions, Latency: latency}
+	// An init container that is not a sidecar, which PodResources leaves
+	// out, is in the device checkpoint only.
+	dir := t.TempDir()
+	checkpoint := `{"Data":{"PodDeviceEntries":[{"PodUID":"uid-train","ContainerName":"fetch","ResourceName":"nvidia.com/gpu","DeviceIDs":{"-1":["GPU-a"]}}]},"Checksum":1}`
+	if err := os.WriteFile(filepath.Join(dir, verifier.CheckpointFile), []byte(checkpoint), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := &Plugin{Rules: rules, Allocations: kubelet, Checkpoint: verifier.NewCheckpoint(dir), Exemptions: &verifier.Exemptions{},
+		Log: logr.Discard(), Decisions: decisions, Latency: latency}
 	ctx := context.Background()
 	create := func(ctr, env, want string) {
 		t.Helper()
@@ -72,8 +83,9 @@ func TestPodReadOnceForItsContainers(t *testing.T) {
 	create("logs", "NVIDIA_VISIBLE_DEVICES=all", Void)
 	expectReads(1, "a sandbox and three containers")
 
-	create("sidecar", "NVIDIA_VISIBLE_DEVICES=all", Void)
-	expectReads(1, "a container the read does not name")
+	create("fetch", "NVIDIA_VISIBLE_DEVICES=all", "GPU-a")
+	create("debug", "NVIDIA_VISIBLE_DEVICES=all", Void)
+	expectReads(0, "containers the read does not name")
 
 	if err := p.RemovePodSandbox(ctx, sandbox); err != nil {
 		t.Fatal(err)
