@@ -29,16 +29,20 @@ import (
 // any plugin's.
 //
 // Two images an arm: the probe's (ENV NVIDIA_VISIBLE_DEVICES=all, no GPU),
-// which the enforcer adjusts to void after reading the pod's allocation,
-// recording an Event; and the pause image, which says nothing of GPUs and
-// is decided without any read. After each switch of the agent the
+// which the enforcer adjusts to void from the pod's allocation, recording
+// an Event; and the pause image, which says nothing of GPUs and is decided
+// without it. The pod's allocation is read as a pod's own containers find
+// it: a read serves the pod's creations for 10 s, so that a batch makes
+// about one read, and the rest use it (the reads at creation are
+// reported). After each switch of the agent the
 // benchmark waits for its verifier's first pass, so that its start-up work
 // does not land on a batch; the arms' order rotates round by round. 200
 // creates a batch, ten rounds: 2,000 creates an arm and image. Reported:
 // each arm's p50 and p99, the added time (image for image, against none
 // and, for the enforcer, against noop) at both, and the enforcer's own
-// decisions from its histogram, image by image: their mean, and bounds of
-// their p50 and p99 (the bucket each falls in, in steps of √2).
+// decisions from its histogram, image by image: their mean, bounds of
+// their p50 and p99 (the bucket each falls in, in steps of √2), and the
+// reads of the kubelet their creations made.
 //
 // make bench-e2e keeps the node's state on tmpfs where it can: on disk,
 // containerd's and etcd's flushes put the tails of container creation
@@ -115,6 +119,7 @@ func BenchmarkContainerCreate(b *testing.B) {
 		b.ReportMetric(d.sum/d.count*1e6, "mean-decision-"+img.name+"-µs")
 		b.ReportMetric(d.quantile(0.5)*1e6, "p50-decision-"+img.name+"-at-most-µs")
 		b.ReportMetric(d.quantile(0.99)*1e6, "p99-decision-"+img.name+"-at-most-µs")
+		b.ReportMetric(d.reads, "kubelet-reads-at-creation-"+img.name)
 	}
 }
 
@@ -171,10 +176,12 @@ func switchEnforcer(ctx context.Context, p framework.NodeProfile) error {
 }
 
 // decisions is a stretch of the enforcer's decision histogram: how many,
-// their total seconds, and how many took at most each bucket's bound.
+// their total seconds, and how many took at most each bucket's bound; and
+// how many reads of the kubelet creations made in that stretch.
 type decisions struct {
 	count, sum float64
 	atMost     map[float64]float64
+	reads      float64
 }
 
 // decisionHistogram reads the running agent's enforcer decision histogram.
@@ -184,7 +191,8 @@ func decisionHistogram(ctx context.Context) (decisions, error) {
 		return decisions{}, err
 	}
 	const name = "gpuguard_agent_enforcer_decision_seconds"
-	d := decisions{count: m[name+"_count"], sum: m[name+"_sum"], atMost: map[float64]float64{}}
+	d := decisions{count: m[name+"_count"], sum: m[name+"_sum"], atMost: map[float64]float64{},
+		reads: m[`gpuguard_agent_enforcer_kubelet_reads_total{at="creation"}`]}
 	for k, v := range m {
 		bound, ok := strings.CutPrefix(k, name+`_bucket{le="`)
 		if !ok {
@@ -200,7 +208,7 @@ func decisionHistogram(ctx context.Context) (decisions, error) {
 }
 
 func (d decisions) minus(o decisions) decisions {
-	out := decisions{count: d.count - o.count, sum: d.sum - o.sum, atMost: map[float64]float64{}}
+	out := decisions{count: d.count - o.count, sum: d.sum - o.sum, atMost: map[float64]float64{}, reads: d.reads - o.reads}
 	for le, v := range d.atMost {
 		out.atMost[le] = v - o.atMost[le]
 	}
@@ -208,7 +216,7 @@ func (d decisions) minus(o decisions) decisions {
 }
 
 func (d decisions) add(o decisions) decisions {
-	out := decisions{count: d.count + o.count, sum: d.sum + o.sum, atMost: map[float64]float64{}}
+	out := decisions{count: d.count + o.count, sum: d.sum + o.sum, atMost: map[float64]float64{}, reads: d.reads + o.reads}
 	for le, v := range o.atMost {
 		out.atMost[le] = v + d.atMost[le]
 	}
