@@ -175,14 +175,11 @@ cluster: node-binaries
 demo-node: upstream node-binaries
 	$(GO) run ./e2e/node/demo
 
-# Pod create latency through a real API server with and without gpuguard,
-# the covered profile's throughput in a lineup of its own, then container
-# create latency at a real containerd with and without the node enforcer
-# (root; skips elsewhere).
+# Pod create latency and throughput through a real API server with and
+# without gpuguard, then container create latency at a real containerd with
+# and without the node enforcer (root; skips elsewhere).
 bench-e2e: upstream node-binaries
 	bash hack/bench-run.sh $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run '^$$' -bench PodCreate ./e2e/
-	bash hack/bench-run.sh $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run '^$$' -bench PodCreateConcurrent ./e2e/ \
-		-args -bench.concurrent-arms=without,hardened,hardened+idle-webhooks,node-enforced
 	TMPDIR=$(NODE_BENCH_TMPDIR) bash hack/bench-run.sh $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run '^$$' -bench ContainerCreate ./e2e/node/
 
 # A local control plane with gpuguard installed; applies examples/ through it.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -104,11 +105,16 @@ var concurrentArms = flag.String("bench.concurrent-arms", "without,min-map,min-m
 // injecting webhook). No install that injects can do better than the lower
 // of the minimal MAP and the patch webhook on the same machine.
 func BenchmarkPodCreateConcurrent(b *testing.B) {
-	const rounds, clients, perClient = 5, 16, 40
+	// 2,560 pods a batch, about 3 s: with 640, under a second, one pause
+	// of the API server moved an arm's round by a third, and the lineup
+	// of eleven arms could not resolve a goal of 0.8.
+	const rounds, clients, perClient = 5, 16, 160
 	ctx := context.Background()
 	bench := newBenchBackends(b)
 	defer bench.restore(b)
 	elapsed := map[string]time.Duration{}
+	// byRound[arm][round] is the arm's batch of that round.
+	byRound := map[string][]time.Duration{}
 	arms := armsNamed(b, strings.Split(*concurrentArms, ",")...)
 	if arms[0].name != "without" {
 		b.Fatalf("-bench.concurrent-arms must start with without, the reference, not %s", arms[0].name)
@@ -123,6 +129,7 @@ func BenchmarkPodCreateConcurrent(b *testing.B) {
 				b.Fatalf("%s: %v", a.name, err)
 			}
 			elapsed[a.name] += d
+			byRound[a.name] = append(byRound[a.name], d)
 			if err := s.cp.Client.CoreV1().Pods(enforceNS).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 				b.Fatal(err)
 			}
@@ -134,6 +141,15 @@ func BenchmarkPodCreateConcurrent(b *testing.B) {
 	}
 	for _, a := range arms[1:] {
 		b.ReportMetric(elapsed["without"].Seconds()/elapsed[a.name].Seconds(), "throughput-ratio-"+a.name)
+		// The spread: the lowest and highest of the arm's rounds, each
+		// against without's batch of the same round.
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for r, d := range byRound[a.name] {
+			ratio := byRound["without"][r].Seconds() / d.Seconds()
+			lo, hi = min(lo, ratio), max(hi, ratio)
+		}
+		b.ReportMetric(lo, "throughput-ratio-lowest-round-"+a.name)
+		b.ReportMetric(hi, "throughput-ratio-highest-round-"+a.name)
 	}
 }
 
@@ -179,14 +195,20 @@ func createConcurrently(ctx context.Context, arm string, round, clients, perClie
 
 // inRoundOrder is the arms in the order round runs them: rotated by an
 // equal share each round, so that every arm runs early and late in the
-// rounds and after different neighbours. Run in one fixed order, an arm's
-// throughput depended on what ran before it (the API server's garbage and
-// etcd's growth from the heavier arms land on the next batch): the same
-// node-enforced arm kept 0.61 of no policy's throughput last in a list of
-// ten, and 0.92 second in a list of five.
+// rounds, and reversed every other round, so that each arm follows one of
+// its neighbours in the list in one round and the other in the next. Run
+// in one fixed order, an arm's throughput depended on what ran before it
+// (the API server's garbage and etcd's growth from the heavier arms land
+// on the next batch): the same node-enforced arm kept 0.61 of no policy's
+// throughput last in a list of ten, and 0.92 second in a list of five. A
+// rotation alone kept every arm's predecessor but at the rounds' seams.
 func inRoundOrder(arms []benchArm, round, rounds int) []benchArm {
 	k := round * len(arms) / rounds % len(arms)
-	return append(slices.Clone(arms[k:]), arms[:k]...)
+	order := append(slices.Clone(arms[k:]), arms[:k]...)
+	if round%2 == 1 {
+		slices.Reverse(order)
+	}
+	return order
 }
 
 func percentiles(d []time.Duration) (p50, p99 time.Duration) {
