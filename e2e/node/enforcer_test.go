@@ -205,40 +205,62 @@ func testEnforcedPrivilegedRefused(t *testing.T) {
 	expectRefused(t, p)
 }
 
-// testEnforcedBurst: a node creating many containers at once, beside
-// another client of the kubelet's PodResources (a monitoring agent polling
-// 80 times a second), makes the enforcer read the kubelet's allocations
-// faster than the kubelet serves them (100 calls a second for all clients,
-// in bursts of 10, turning the rest away). Every container is still
-// judged, and adjusted to its allocation; none is refused for the
-// kubelet's rate. The other client must have been turned away at least
-// once, or the burst did not reach the kubelet's limit.
+// testEnforcedBurst: a node creating containers in many pods at once,
+// with none of the pods' allocations read yet (the enforcer restarted, as
+// after an upgrade, once their sandboxes ran), beside another client of
+// the kubelet's PodResources (a monitoring agent polling 80 times a
+// second), makes the enforcer read the kubelet faster than the kubelet
+// serves it (100 calls a second for all clients, in bursts of 10, turning
+// the rest away). Every container is still judged, and adjusted to its
+// allocation; none is refused for the kubelet's rate. The creations must
+// each have read the kubelet, and the other client must have been turned
+// away at least once, or the burst did not reach the kubelet's limit.
+//
+// One container a pod: a pod's read serves its other containers, so a
+// burst within one pod makes one read, and shows nothing.
 func testEnforcedBurst(t *testing.T) {
 	logEnforcerOnFailure(t)
-	const containers = 40
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	const pods = 40
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	sb, stop, err := startHeldSandbox(ctx, "enforced-burst", "burst-logs")
-	if err != nil {
+	sandboxes := make([]*heldSandbox, pods)
+	stops := make([]func(), pods)
+	startErrs := make([]error, pods)
+	defer func() {
+		for _, stop := range stops {
+			if stop != nil {
+				stop()
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for i := range pods {
+		wg.Go(func() {
+			sandboxes[i], stops[i], startErrs[i] = startHeldSandbox(ctx, fmt.Sprintf("enforced-burst-%d", i), fmt.Sprintf("burst-logs-%d", i))
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(startErrs...); err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
-	adjusted := func() float64 {
+	// The restarted enforcer has read none of the pods.
+	stopAgent(t)()
+	metric := func(name string) float64 {
 		m, err := s.node.AgentMetrics(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return m[`gpuguard_agent_enforcer_decisions_total{result="adjusted"}`]
+		return m[name]
 	}
-	before := adjusted()
+	const adjusted, reads = `gpuguard_agent_enforcer_decisions_total{result="adjusted"}`, `gpuguard_agent_enforcer_kubelet_reads_total{at="creation"}`
+	adjustedBefore, readsBefore := metric(adjusted), metric(reads)
 	polling, stopPolling := context.WithCancel(ctx)
 	turnedAway := make(chan int)
 	go func() { turnedAway <- pollPodResources(polling, t, 80) }()
-	var wg sync.WaitGroup
-	ids := make([]string, containers)
-	errs := make([]error, containers)
-	for i := range containers {
-		wg.Go(func() { ids[i], errs[i] = sb.create(ctx, fmt.Sprintf("burst-%d", i), framework.ProbeImage) })
+	ids := make([]string, pods)
+	errs := make([]error, pods)
+	for i, sb := range sandboxes {
+		wg.Go(func() { ids[i], errs[i] = sb.create(ctx, "burst", framework.ProbeImage) })
 	}
 	wg.Wait()
 	stopPolling()
@@ -247,14 +269,17 @@ func testEnforcedBurst(t *testing.T) {
 	}
 	for i, id := range ids {
 		if id != "" {
-			_ = sb.runtime.RemoveContainer(ctx, id)
+			_ = sandboxes[i].runtime.RemoveContainer(ctx, id)
 		}
 		if errs[i] != nil {
-			t.Errorf("container %d of a burst of %d: %v", i, containers, errs[i])
+			t.Errorf("the container of pod %d of a burst of %d: %v", i, pods, errs[i])
 		}
 	}
-	if got := adjusted() - before; got != containers {
-		t.Errorf("the enforcer adjusted %v of the burst's %d containers (the probe image asks for every GPU), want all", got, containers)
+	if got := metric(reads) - readsBefore; got != pods {
+		t.Errorf("the burst's creations read the kubelet %v times, want %d: one a pod", got, pods)
+	}
+	if got := metric(adjusted) - adjustedBefore; got != pods {
+		t.Errorf("the enforcer adjusted %v of the burst's %d containers (the probe image asks for every GPU), want all", got, pods)
 	}
 }
 
