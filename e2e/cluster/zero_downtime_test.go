@@ -218,20 +218,24 @@ type loadResult struct {
 // killStep is the step whose lost webhook calls are counted apart.
 const killStep = "the SIGKILL of a replica"
 
-// lostWithReplica: the API server's call reached a replica that died under
-// it (EOF, reset), was written onto a kept-alive connection the dead
-// replica's kernel had already closed (broken pipe), or went to its address
-// before the endpoint went (refused).
+// lostWithReplica: the API server's call to the webhook failed in its
+// transport, with no answer from a replica: in flight on the killed one
+// (EOF, reset), written onto a kept-alive connection to it that its kernel
+// or the API server's transport had already closed (broken pipe, use of a
+// closed connection), or sent to its address before its endpoint went
+// (refused). The class, not a list of the messages Go's transport gives
+// it. A timeout is not in it: a SIGKILL closes the replica's sockets at
+// once, so a call that hangs is something else.
 func lostWithReplica(why string) bool {
-	if !strings.Contains(why, "failed calling webhook") {
+	if !strings.Contains(why, "failed calling webhook") || !strings.Contains(why, `failed to call webhook: Post "`) {
 		return false
 	}
-	for _, lost := range []string{": EOF", "connection refused", "connection reset by peer", "write: broken pipe", "http2: client connection lost"} {
-		if strings.Contains(why, lost) {
-			return true
+	for _, hung := range []string{"deadline exceeded", "Client.Timeout", "i/o timeout"} {
+		if strings.Contains(why, hung) {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 type load struct {
