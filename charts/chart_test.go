@@ -37,6 +37,7 @@ import (
 	gpuguardcel "github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/internal/manifest"
+	"github.com/gpuguard/gpuguard/internal/wellknown"
 	"github.com/gpuguard/gpuguard/policy"
 	"github.com/gpuguard/gpuguard/tools/chartrender"
 )
@@ -1138,7 +1139,7 @@ func TestBackstop(t *testing.T) {
 	} {
 		apis := clusterAPIs
 		if values == nil {
-			apis = clusterAPIs[:2]
+			apis = clusterAPIs[:3] // ValidatingAdmissionPolicy, not MutatingAdmissionPolicy
 		}
 		off, err := chartrender.Render(c, releaseName, namespace, values, apis...)
 		if err != nil {
@@ -1550,4 +1551,83 @@ func podTemplates(t *testing.T, r *rendered) []manifest.EmbeddedPodTemplate {
 		out = append(out, found...)
 	}
 	return out
+}
+
+// TestNodeScopeCannotVanish: the agent's cluster-wide grants come with the
+// node-scope policy or not at all. A renderer told nothing of the cluster
+// (helm template, GitOps tools) or a cluster without the policy API gets an
+// error naming the setting, not an unscoped agent; agent.nodeScope=false
+// is the operator's explicit choice, and an agent that needs no grants
+// needs no policy.
+func TestNodeScopeCannotVanish(t *testing.T) {
+	c := loadChart(t)
+	noVAP := clusterAPIs[:2]
+	if _, err := chartrender.Render(c, releaseName, namespace, nil, noVAP...); err == nil || !strings.Contains(err.Error(), "agent.nodeScope") ||
+		!strings.Contains(err.Error(), "--api-versions") {
+		t.Errorf("the default agent without the policy API must be refused, naming agent.nodeScope and --api-versions; got %v", err)
+	}
+	for name, values := range map[string]map[string]any{
+		"agent.nodeScope=false": {"agent": map[string]any{"nodeScope": false}},
+		"an agent with no API":  {"agent": map[string]any{"verify": map[string]any{"mode": "off"}}},
+	} {
+		r, err := chartrender.Render(c, releaseName, namespace, values, noVAP...)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if strings.Contains(r.Raw, "-node-scope") {
+			t.Errorf("%s: no node-scope policy can render without its API", name)
+		}
+	}
+	auto := map[string]any{"admission": map[string]any{"injectVoid": "auto"}, "agent": map[string]any{"enforce": true, "nodeScope": false}}
+	if _, err := chartrender.Render(c, releaseName, namespace, auto, noVAP...); err == nil || !strings.Contains(err.Error(), "admission.injectVoid=auto") {
+		t.Errorf("injectVoid=auto without the coverage-leases policy must be refused, got %v", err)
+	}
+}
+
+// TestCoverageLeasesPolicy: wherever agents write coverage Leases, every
+// writer of those names is held to the agent of that node, and to the
+// duration the agents write and the webhook caps (one number).
+func TestCoverageLeasesPolicy(t *testing.T) {
+	c := loadChart(t)
+	for name, tc := range map[string]struct {
+		values map[string]any
+		want   bool
+	}{
+		"default (no Leases)":  {nil, false},
+		"the node enforcer":    {map[string]any{"agent": map[string]any{"enforce": true}}, true},
+		"published labels":     {map[string]any{"agent": map[string]any{"publishNodeLabels": true}}, true},
+		"agent off, enforcing": {map[string]any{"agent": map[string]any{"enabled": false, "enforce": true}}, false},
+	} {
+		r, err := chartrender.Render(c, releaseName, namespace, tc.values, clusterAPIs...)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var vap *admissionv1.ValidatingAdmissionPolicy
+		for _, p := range findAll[*admissionv1.ValidatingAdmissionPolicy](decodeAll(t, r.Documents(false))) {
+			if p.Name == "gpuguard-agent-coverage-leases" {
+				vap = p
+			}
+		}
+		if (vap != nil) != tc.want {
+			t.Errorf("%s: coverage-leases policy rendered %v, want %v", name, vap != nil, tc.want)
+		}
+		if vap == nil {
+			continue
+		}
+		if vap.Spec.FailurePolicy == nil || *vap.Spec.FailurePolicy != admissionv1.Fail {
+			t.Errorf("%s: the policy must fail closed", name)
+		}
+		bound := fmt.Sprintf("object.spec.leaseDurationSeconds <= %d", wellknown.CoverageLeaseSeconds)
+		var found bool
+		for _, v := range vap.Spec.Validations {
+			found = found || strings.Contains(v.Expression, bound)
+		}
+		if !found {
+			t.Errorf("%s: no validation bounds the duration to wellknown.CoverageLeaseSeconds (%s)", name, bound)
+		}
+		if slices.Contains(vap.Spec.MatchConstraints.ResourceRules[0].Operations, admissionv1.Delete) {
+			t.Errorf("%s: deleting a Lease only ends coverage; it must stay open to the namespace's cleanup", name)
+		}
+	}
 }

@@ -119,13 +119,37 @@ func TestEnforcedProfileFollowsTheLeases(t *testing.T) {
 	others := hardenOtherGPUNodes(t, hardened, enforced)
 	setNodeLabels(t, hardened, map[string]string{gpuNodeLabel: "true", wellknown.HardenedMarkLabel: "true"})
 	setNodeLabels(t, enforced, map[string]string{gpuNodeLabel: "true"})
-	holdLeases(t, wellknown.AgentLeasePrefix, 3600, append(others, hardened)...)
+	keepLeases(t, wellknown.AgentLeasePrefix, append(others, hardened)...)
 	holdLeases(t, wellknown.EnforcerLeasePrefix, 15, enforced)
 	wh := startLeaseWebhook(t, hardened, enforced)
 	waitVoid(t, wh, false)
 	// Not renewed, the Lease goes stale after its 15 s: the webhook looks
 	// again on its own.
 	waitVoid(t, wh, true)
+}
+
+// TestForgedLeaseDurationIsCapped: whoever writes a coverage Lease sets
+// its duration. The webhook counts none for longer than the agents' own
+// (wellknown.CoverageLeaseSeconds) after its renewal: a Lease renewed two
+// minutes ago that claims to last 68 years covers nothing. Without the cap
+// it switches void off for its node.
+func TestForgedLeaseDurationIsCapped(t *testing.T) {
+	forged := "gpu-lease-forged"
+	others := hardenOtherGPUNodes(t, forged)
+	setNodeLabels(t, forged, map[string]string{gpuNodeLabel: "true"})
+	keepLeases(t, wellknown.AgentLeasePrefix, others...)
+	l := holdLeases(t, wellknown.EnforcerLeasePrefix, 2147483647, forged)[0]
+	l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-2 * time.Minute)}
+	if _, err := s.cp.Client.CoordinationV1().Leases(releaseNS).Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wh := startLeaseWebhook(t, forged)
+	// The other nodes are covered (void off without the forged node is
+	// what the control below shows), the forged one is not.
+	waitVoid(t, wh, true)
+	setNodeLabels(t, forged, map[string]string{wellknown.HardenedMarkLabel: "true"})
+	holdLeases(t, wellknown.AgentLeasePrefix, wellknown.CoverageLeaseSeconds, forged)
+	waitVoid(t, wh, false)
 }
 
 // TestHardenedMarkFollowsTheAgentsLease: where the webhook follows Leases,
@@ -136,7 +160,7 @@ func TestHardenedMarkFollowsTheAgentsLease(t *testing.T) {
 	hardened := "gpu-agent-lease"
 	others := hardenOtherGPUNodes(t, hardened)
 	setNodeLabels(t, hardened, map[string]string{gpuNodeLabel: "true", wellknown.HardenedMarkLabel: "true"})
-	holdLeases(t, wellknown.AgentLeasePrefix, 3600, others...)
+	keepLeases(t, wellknown.AgentLeasePrefix, others...)
 	holdLeases(t, wellknown.AgentLeasePrefix, 15, hardened)
 	wh := startLeaseWebhook(t, hardened)
 	waitVoid(t, wh, false)
@@ -155,7 +179,7 @@ func TestStaleNodeViewFallsBackToInjection(t *testing.T) {
 	hardened := "gpu-stale-view"
 	others := hardenOtherGPUNodes(t, hardened)
 	setNodeLabels(t, hardened, map[string]string{gpuNodeLabel: "true", wellknown.HardenedMarkLabel: "true"})
-	holdLeases(t, wellknown.AgentLeasePrefix, 3600, others...)
+	keepLeases(t, wellknown.AgentLeasePrefix, others...)
 	renewLease(t, holdLeases(t, wellknown.AgentLeasePrefix, leaseSeconds, hardened)[0])
 
 	u, err := url.Parse(s.cp.Config.Host)
@@ -310,6 +334,16 @@ func hardenOtherGPUNodes(t *testing.T, own ...string) []string {
 		})
 	}
 	return others
+}
+
+// keepLeases holds a Lease of prefix for each node and renews it until the
+// test ends, as running agents do: the webhook counts none for longer than
+// wellknown.CoverageLeaseSeconds after a renewal, whatever it claims.
+func keepLeases(t *testing.T, prefix string, nodes ...string) {
+	t.Helper()
+	for _, l := range holdLeases(t, prefix, wellknown.CoverageLeaseSeconds, nodes...) {
+		renewLease(t, l)
+	}
 }
 
 // holdLeases creates, until the test ends, a fresh Lease of prefix for each

@@ -186,7 +186,15 @@ func grantAgent(t *testing.T, ctx context.Context) {
 // default rendering, until the test ends.
 func installNodeScope(t *testing.T, ctx context.Context) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "charts", "testdata", "default.yaml"))
+	installChartPolicy(t, ctx, "default.yaml", "gpuguard-agent-node-scope")
+}
+
+// installChartPolicy creates the ValidatingAdmissionPolicy name and its
+// binding as the chart's golden rendering golden holds them, until the test
+// ends.
+func installChartPolicy(t *testing.T, ctx context.Context, golden, name string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "charts", "testdata", golden))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,10 +202,10 @@ func installNodeScope(t *testing.T, ctx context.Context) {
 	var binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	for _, doc := range strings.Split(string(data), "\n---\n") {
 		switch {
-		case strings.Contains(doc, "kind: ValidatingAdmissionPolicy\n") && strings.Contains(doc, "name: gpuguard-agent-node-scope"):
+		case strings.Contains(doc, "kind: ValidatingAdmissionPolicy\n") && strings.Contains(doc, "\n  name: "+name+"\n"):
 			policy = &admissionregistrationv1.ValidatingAdmissionPolicy{}
 			err = sigsyaml.UnmarshalStrict([]byte(doc), policy)
-		case strings.Contains(doc, "kind: ValidatingAdmissionPolicyBinding\n") && strings.Contains(doc, "name: gpuguard-agent-node-scope"):
+		case strings.Contains(doc, "kind: ValidatingAdmissionPolicyBinding\n") && strings.Contains(doc, "\n  name: "+name+"\n"):
 			binding = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 			err = sigsyaml.UnmarshalStrict([]byte(doc), binding)
 		}
@@ -206,7 +214,7 @@ func installNodeScope(t *testing.T, ctx context.Context) {
 		}
 	}
 	if policy == nil || binding == nil {
-		t.Fatal("the chart's default rendering has no agent node-scope policy and binding")
+		t.Fatalf("the chart's rendering %s has no policy and binding %s", golden, name)
 	}
 	vap := s.cp.Client.AdmissionregistrationV1()
 	t.Cleanup(func() {
@@ -218,5 +226,65 @@ func installNodeScope(t *testing.T, ctx context.Context) {
 	}
 	if _, err := vap.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCoverageLeasesOnlyTheirAgent: with admission.injectVoid=auto a fresh
+// gpuguard-enforcer-<node> Lease switches void off for the node, and RBAC
+// cannot keep anyone with Lease rights in the release namespace from
+// creating one. The chart's coverage-leases policy, on a real API server,
+// does: each forgery is first shown succeeding (a dry run), then refused,
+// while the agent's own writes still pass.
+func TestCoverageLeasesOnlyTheirAgent(t *testing.T) {
+	ctx := context.Background()
+	grantAgent(t, ctx)
+	if err := framework.EnsureNamespace(ctx, s.cp, chartNamespace, nil); err != nil {
+		t.Fatal(err)
+	}
+	write := func(c kubernetes.Interface, prefix, node string, seconds int32) error {
+		holder, renewed := node, metav1.NewMicroTime(time.Now())
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: prefix + node, Namespace: chartNamespace},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds, RenewTime: &renewed}}
+		_, err := c.CoordinationV1().Leases(chartNamespace).Create(ctx, l, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	onA, admin := agentClient(t, "node-a"), s.cp.Client
+	attacks := map[string]func() error{
+		"an admin's enforcer Lease for a node":     func() error { return write(admin, wellknown.EnforcerLeasePrefix, "node-a", 60) },
+		"an admin's agent Lease for a node":        func() error { return write(admin, wellknown.AgentLeasePrefix, "node-a", 60) },
+		"the agent, a Lease lasting 68 years":      func() error { return write(onA, wellknown.EnforcerLeasePrefix, "node-a", 2147483647) },
+		"the agent, another node's enforcer Lease": func() error { return write(onA, wellknown.EnforcerLeasePrefix, "node-b", 60) },
+		"the agent, one second past its own lasting": func() error {
+			return write(onA, wellknown.AgentLeasePrefix, "node-a", wellknown.CoverageLeaseSeconds+1)
+		},
+	}
+	own := map[string]func() error{
+		"its own enforcer Lease": func() error {
+			return write(onA, wellknown.EnforcerLeasePrefix, "node-a", wellknown.CoverageLeaseSeconds)
+		},
+		"its own agent Lease":              func() error { return write(onA, wellknown.AgentLeasePrefix, "node-a", wellknown.CoverageLeaseSeconds) },
+		"an admin's Lease of another name": func() error { return write(admin, "gpuguard-audit-", "x", 3600) },
+	}
+	for name, attack := range attacks {
+		if err := attack(); err != nil {
+			t.Fatalf("without the policy, %s is refused (%v): the test shows nothing", name, err)
+		}
+	}
+	installChartPolicy(t, ctx, "node-enforcer.yaml", "gpuguard-agent-coverage-leases")
+	if err := framework.Poll(ctx, time.Minute, func() (bool, error) {
+		err := attacks["an admin's enforcer Lease for a node"]()
+		return err != nil && strings.Contains(err.Error(), "coverage Leases"), nil
+	}); err != nil {
+		t.Fatalf("the coverage-leases policy did not take effect: %v", err)
+	}
+	for name, attack := range attacks {
+		if err := attack(); !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
+			t.Errorf("%s: %v, want refused by the coverage-leases policy", name, err)
+		}
+	}
+	for name, w := range own {
+		if err := w(); err != nil {
+			t.Errorf("%s: refused (%v), want allowed", name, err)
+		}
 	}
 }

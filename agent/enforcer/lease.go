@@ -16,7 +16,7 @@ import (
 
 // DefaultLeaseDuration is how long a node enforcer's Lease stays fresh
 // without renewal; it is renewed every third of it.
-const DefaultLeaseDuration = 60 * time.Second
+const DefaultLeaseDuration = wellknown.CoverageLeaseSeconds * time.Second
 
 // Lease is the node enforcer's heartbeat: a Lease named after the node,
 // held by the node while the enforcer is registered with the runtime, and

@@ -25,8 +25,10 @@ func GPUGuardWebhooks(chartDir, releaseNS string, excluded ...string) (*WebhookC
 	for i, ns := range excluded {
 		systemNamespaces[i] = ns
 	}
+	// Only the webhook configurations are wanted: the agent, whose grants
+	// need the cluster's admission policy API, is left out.
 	rel, err := chartrender.Render(c, ReleaseName, releaseNS, map[string]any{
-		"admission": map[string]any{"systemNamespaces": systemNamespaces}})
+		"admission": map[string]any{"systemNamespaces": systemNamespaces}, "agent": map[string]any{"enabled": false}})
 	if err != nil {
 		return nil, fmt.Errorf("rendering the chart: %w", err)
 	}

@@ -33,6 +33,12 @@ const (
 	// and publishes its node's labels: the heartbeat without which the
 	// hardened mark goes stale, where the webhook follows Leases.
 	AgentLeasePrefix = "gpuguard-agent-"
+	// CoverageLeaseSeconds is how long an agent's or enforcer's Lease stays
+	// fresh without renewal. The agent writes it; the webhook counts no
+	// coverage Lease for longer after a renewal it saw, whatever duration
+	// the writer put in it; the chart's coverage-leases policy refuses a
+	// longer one.
+	CoverageLeaseSeconds = 60
 	// AuditLease is the Lease the webhook's replicas elect the background
 	// auditor with, in the webhook's namespace.
 	AuditLease = "gpuguard-audit"

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -39,9 +40,22 @@ type Nodes struct {
 	// (wellknown.AgentLeasePrefix): a mark left by an agent that no longer
 	// runs, on a node reconfigured since, goes stale with it.
 	LeaseNamespace string
+	// MaxLeaseDuration is the longest a Lease counts after a renewal,
+	// whatever duration its writer set; 0 is
+	// wellknown.CoverageLeaseSeconds, the duration the agents write.
+	MaxLeaseDuration time.Duration
 	// Now is the clock Leases are judged by; nil is time.Now.
 	Now func() time.Time
+
+	mu sync.Mutex
+	// renewals are the renewals of the Leases last read, by name, with
+	// when this webhook first saw each.
+	renewals map[string]renewal
 }
+
+// renewal is a Lease's renewal time as its writer put it, and when this
+// webhook first read it.
+type renewal struct{ claimed, seen time.Time }
 
 // Label is one node label, key and value.
 type Label struct{ Key, Value string }
@@ -86,7 +100,7 @@ func (n *Nodes) AllHardened(ctx context.Context) (Verdict, error) {
 	var gpu []string
 	var until time.Time
 	for _, node := range list.Items {
-		if !n.isGPUNode(node.Labels) && !n.advertisesGPUs(node.Status.Allocatable) {
+		if !n.isGPUNode(node.Labels) && !n.advertisesGPUs(node.Status) {
 			continue
 		}
 		marked := node.Labels[wellknown.HardenedMarkLabel] == "true"
@@ -144,10 +158,14 @@ func (n *Nodes) freshLeases(ctx context.Context) (map[string]map[string]time.Tim
 	if n.Now != nil {
 		now = n.Now
 	}
+	t := now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	seen := make(map[string]renewal, len(leases.Items))
 	for _, l := range leases.Items {
 		s := l.Spec
-		stale, ok := StaleAt(s)
-		if !ok || s.HolderIdentity == nil || !now().Before(stale) {
+		stale, ok := n.countsUntil(l.Name, s, t, seen)
+		if !ok || s.HolderIdentity == nil || !t.Before(stale) {
 			continue
 		}
 		for prefix, nodes := range out {
@@ -156,7 +174,43 @@ func (n *Nodes) freshLeases(ctx context.Context) (map[string]map[string]time.Tim
 			}
 		}
 	}
+	// Leases no longer listed are forgotten: the memory is as large as the
+	// namespace's Leases, not as their history.
+	n.renewals = seen
 	return out, nil
+}
+
+// countsUntil is when a Lease stops counting as coverage: StaleAt, except
+// that the renewal counts from no later than this webhook first read it,
+// and the duration is at most MaxLeaseDuration. Whoever may write a Lease
+// sets its renewal time and duration, a year ahead if it likes; neither
+// keeps a node covered past one duration after the webhook saw the write.
+// It records the renewal in seen.
+func (n *Nodes) countsUntil(name string, s coordinationv1.LeaseSpec, now time.Time, seen map[string]renewal) (time.Time, bool) {
+	if s.RenewTime == nil || s.LeaseDurationSeconds == nil {
+		return time.Time{}, false
+	}
+	r, ok := n.renewals[name]
+	if !ok || !r.claimed.Equal(s.RenewTime.Time) {
+		r = renewal{claimed: s.RenewTime.Time, seen: now}
+	}
+	seen[name] = r
+	renewed := r.claimed
+	if r.seen.Before(renewed) {
+		renewed = r.seen
+	}
+	d := time.Duration(*s.LeaseDurationSeconds) * time.Second
+	if max := n.maxLeaseDuration(); d > max {
+		d = max
+	}
+	return renewed.Add(d), true
+}
+
+func (n *Nodes) maxLeaseDuration() time.Duration {
+	if n.MaxLeaseDuration > 0 {
+		return n.MaxLeaseDuration
+	}
+	return wellknown.CoverageLeaseSeconds * time.Second
 }
 
 // StaleAt is when a Lease goes stale unless renewed: its renewal plus its
@@ -168,14 +222,19 @@ func StaleAt(s coordinationv1.LeaseSpec) (time.Time, bool) {
 	return s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second), true
 }
 
-// advertisesGPUs reports whether a node's allocatable holds a GPU resource.
-func (n *Nodes) advertisesGPUs(allocatable corev1.ResourceList) bool {
+// advertisesGPUs reports whether a node's capacity or allocatable holds a
+// GPU resource. Capacity counts too: while a device plugin restarts or has
+// not registered again, the kubelet reports its resource's allocatable as
+// 0, and the node's GPUs are still there for the runtime to hand out.
+func (n *Nodes) advertisesGPUs(status corev1.NodeStatus) bool {
 	if n.IsGPUResource == nil {
 		return false
 	}
-	for name, q := range allocatable {
-		if q.Sign() > 0 && n.IsGPUResource(string(name)) {
-			return true
+	for _, list := range []corev1.ResourceList{status.Capacity, status.Allocatable} {
+		for name, q := range list {
+			if q.Sign() > 0 && n.IsGPUResource(string(name)) {
+				return true
+			}
 		}
 	}
 	return false

@@ -193,6 +193,11 @@ func TestGPUNodesByAllocatable(t *testing.T) {
 		{"an unlabelled node with 8 GPUs", []client.Object{hardened, gpus("bare", nil, "8")}, false},
 		{"the same node reporting hardened", []client.Object{hardened, gpus("bare", map[string]string{wellknown.HardenedMarkLabel: "true"}, "8")}, true},
 		{"zero GPUs allocatable", []client.Object{hardened, gpus("cpu", nil, "0")}, true},
+		// The kubelet reports 0 allocatable while the device plugin has not
+		// registered (again); the GPUs are still in the node's capacity.
+		{"GPUs in capacity, none allocatable yet", []client.Object{hardened, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "restarting"},
+			Status: corev1.NodeStatus{Capacity: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")},
+				Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("0")}}}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := &Nodes{Reader: fake.NewClientBuilder().WithObjects(tc.nodes...).Build(), GPUNodeLabels: gpuLabels, IsGPUResource: isGPU}
@@ -202,5 +207,54 @@ func TestGPUNodesByAllocatable(t *testing.T) {
 				t.Errorf("all hardened %v (%s, %v), want %v", got, why, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestForgedLeaseCountsOneDuration: whoever may write a coverage Lease
+// chooses its duration and renewal time. Neither keeps a node covered for
+// longer than the agents' own duration after the webhook first saw the
+// write: a year-long duration counts 60 s, a renewal dated next year counts
+// from when it was read, and a Lease that is not written again stops
+// counting then.
+func TestForgedLeaseCountsOneDuration(t *testing.T) {
+	start := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	gpu := node("n1", map[string]string{"nvidia.com/gpu.present": "true"})
+	for _, tc := range []struct {
+		name  string
+		lease client.Object
+	}{
+		{"the longest duration", lease("gpuguard-enforcer-n1", "n1", start, 2147483647)},
+		{"a renewal dated next year", lease("gpuguard-enforcer-n1", "n1", start.AddDate(1, 0, 0), 60)},
+		{"both", lease("gpuguard-enforcer-n1", "n1", start.AddDate(1, 0, 0), 2147483647)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := start
+			c := fake.NewClientBuilder().WithObjects(gpu, tc.lease).Build()
+			n := &Nodes{Reader: c, GPUNodeLabels: gpuLabels, LeaseNamespace: "gpuguard-system", Now: func() time.Time { return now }}
+			v, err := n.AllHardened(context.Background())
+			if err != nil || !v.Hardened {
+				t.Fatalf("covered %v (%s, %v) when first read, want true", v.Hardened, v.Why, err)
+			}
+			if want := start.Add(60 * time.Second); !v.Until.Equal(want) {
+				t.Errorf("counts until %v, want %v (one duration after it was read)", v.Until, want)
+			}
+			now = start.Add(60 * time.Second)
+			if v, _ := n.AllHardened(context.Background()); v.Hardened {
+				t.Errorf("still covered one duration after the write was read: %s", v.Why)
+			}
+		})
+	}
+}
+
+// TestHonestLeaseCountsFromItsRenewal: a renewal the webhook reads late
+// still counts from when it was made, not from when it was read.
+func TestHonestLeaseCountsFromItsRenewal(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	c := fake.NewClientBuilder().WithObjects(node("n1", map[string]string{"nvidia.com/gpu.present": "true"}),
+		lease("gpuguard-enforcer-n1", "n1", now.Add(-50*time.Second), 60)).Build()
+	n := &Nodes{Reader: c, GPUNodeLabels: gpuLabels, LeaseNamespace: "gpuguard-system", Now: func() time.Time { return now }}
+	v, err := n.AllHardened(context.Background())
+	if err != nil || !v.Hardened || !v.Until.Equal(now.Add(10*time.Second)) {
+		t.Errorf("got %v until %v (%v), want covered until %v", v.Hardened, v.Until, err, now.Add(10*time.Second))
 	}
 }

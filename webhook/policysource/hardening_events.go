@@ -18,8 +18,8 @@ import (
 // its Leases every 20 s, and every kubelet reports its Node's status.
 
 // nodeHardeningChanged passes a Node update that can change the verdict:
-// its labels (the GPU labels, the hardened mark) or its allocatable (GPU
-// resources), not its status conditions or heartbeats.
+// its labels (the GPU labels, the hardened mark) or its capacity or
+// allocatable (GPU resources), not its status conditions or heartbeats.
 func nodeHardeningChanged() predicate.Funcs {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		old, oldOK := e.ObjectOld.(*corev1.Node)
@@ -27,7 +27,8 @@ func nodeHardeningChanged() predicate.Funcs {
 		if !oldOK || !curOK {
 			return true
 		}
-		return !maps.Equal(old.Labels, cur.Labels) || !equality.Semantic.DeepEqual(old.Status.Allocatable, cur.Status.Allocatable)
+		return !maps.Equal(old.Labels, cur.Labels) || !equality.Semantic.DeepEqual(old.Status.Allocatable, cur.Status.Allocatable) ||
+			!equality.Semantic.DeepEqual(old.Status.Capacity, cur.Status.Capacity)
 	}}
 }
 

@@ -355,3 +355,7 @@ namespace, given as strings or as {name: ...} as other charts take them.
 - name: {{ if kindIs "map" . }}{{ required "imagePullSecrets: an entry needs a name" .name }}{{ else }}{{ . }}{{ end }}
 {{- end }}
 {{- end -}}
+
+{{- /* How long the agents' coverage Leases last: wellknown.CoverageLeaseSeconds,
+which the agent writes and the webhook caps (a chart test keeps them equal). */ -}}
+{{- define "gpuguard.coverageLeaseSeconds" -}}60{{- end -}}
