@@ -67,10 +67,11 @@ type Decision struct {
 	Refuse string
 	// SetEnv are variables set (replacing any value).
 	SetEnv map[string]string
-	// RemoveEnv, RemoveMounts, RemoveAnnotations and RemoveDevices are
-	// taken away: environment keys, mount destinations, annotation keys and
-	// device node paths.
-	RemoveEnv, RemoveMounts, RemoveAnnotations, RemoveDevices []string
+	// RemoveMounts, RemoveAnnotations and RemoveDevices are taken away:
+	// mount destinations, annotation keys and device node paths. There is
+	// no RemoveEnv: NRI does not pass on the removal of a variable the
+	// container already has; SetEnv sets it to a value that grants nothing.
+	RemoveMounts, RemoveAnnotations, RemoveDevices []string
 	// InjectCDI are CDI devices added: the enforcer's void device and the
 	// allocated devices, where a device variable set more than once cannot
 	// be narrowed through the environment (see cdi.go).
@@ -149,7 +150,9 @@ func (r *Rules) Decide(c Container, f Facts) Decision {
 		r.decideDeviceVariables(&d, env, grant)
 	}
 	if !f.Waived[policy.RuleProtectedEnv] {
-		r.decideProtected(&d, env, gpu)
+		if refuse := r.decideProtected(&d, env, gpu); refuse != "" {
+			return Decision{Refuse: refuse}
+		}
 	}
 	if refuse := r.decideRepeated(&d, env, counts, grant); refuse != "" {
 		return Decision{Refuse: refuse}
@@ -174,20 +177,61 @@ func (r *Rules) Decide(c Container, f Facts) Decision {
 	return d
 }
 
-// decideProtected removes the protected variables the policy does not allow
-// the container; device variables are decideDeviceVariables' to set.
-func (r *Rules) decideProtected(d *Decision, env map[string]string, gpu bool) {
+// inertValues are, for each protected variable gpuguard knows, the value
+// with which the NVIDIA Container Toolkit grants nothing through it. NRI
+// cannot remove a variable the container already has (docs/agent.md,
+// "What NRI passes on"): the enforcer sets it to this value instead, and
+// refuses a container with a protected variable it knows no such value of.
+//
+//   - NVIDIA_DRIVER_CAPABILITIES: the toolkit's default, what an empty value
+//     gives; unset would give every capability to a legacy CUDA image.
+//   - NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_MIG_MONITOR_DEVICES: empty; the hook
+//     passes a non-empty value on (and refuses one in an unprivileged
+//     container), an empty one as unset.
+//   - NVIDIA_IMEX_CHANNELS: void, read as the device lists are.
+//   - NVIDIA_GDS, NVIDIA_MOFED, NVIDIA_NVSWITCH, NVIDIA_GDRCOPY: disabled,
+//     which turns the feature off even where the toolkit's config turns it on.
+//   - NVIDIA_REQUIRE_JETPACK: empty; only csv-mounts=all widens the mounts,
+//     and the variable is left out of the requirements checked.
+var inertValues = map[string]string{
+	"NVIDIA_DRIVER_CAPABILITIES": "utility,compute",
+	"NVIDIA_MIG_CONFIG_DEVICES":  "",
+	"NVIDIA_MIG_MONITOR_DEVICES": "",
+	"NVIDIA_IMEX_CHANNELS":       Void,
+	"NVIDIA_GDS":                 "disabled",
+	"NVIDIA_MOFED":               "disabled",
+	"NVIDIA_NVSWITCH":            "disabled",
+	"NVIDIA_GDRCOPY":             "disabled",
+	"NVIDIA_REQUIRE_JETPACK":     "",
+}
+
+// decideProtected sets the protected variables the policy does not allow
+// the container to their inert values; device variables are
+// decideDeviceVariables' to set. A protected variable without a known inert
+// value gets the container refused, naming it.
+func (r *Rules) decideProtected(d *Decision, env map[string]string, gpu bool) (refuse string) {
 	for _, name := range slices.Sorted(maps.Keys(env)) {
-		if problem := r.engine.ProtectedEnvProblem(gpu, name, env[name]); problem != "" && !slices.Contains(r.policy.DeviceVariables(), name) {
-			d.RemoveEnv = append(d.RemoveEnv, name)
-			d.Changes = append(d.Changes, "removed "+name+": "+problem)
+		problem := r.engine.ProtectedEnvProblem(gpu, name, env[name])
+		if problem == "" || slices.Contains(r.policy.DeviceVariables(), name) {
+			continue
 		}
+		inert, known := inertValues[name]
+		switch {
+		case !known:
+			return fmt.Sprintf("gpuguard: the container %s, and NRI cannot remove a variable the container already has; gpuguard knows no value of %s that grants nothing: remove it from the image or the pod",
+				problem, name)
+		case env[name] == inert:
+			continue
+		}
+		d.SetEnv[name] = inert
+		d.Changes = append(d.Changes, fmt.Sprintf("set %s=%s (was %q): %s", name, inert, env[name], problem))
 	}
+	return ""
 }
 
 // decideRepeated handles variables to change that occur more than once.
-// The runtime reads a variable's last occurrence, and NRI changes or
-// removes only its first (containerd keeps the image's, the device
+// The runtime reads a variable's last occurrence, and NRI changes only its
+// first (containerd keeps the image's, the device
 // plugin's and the pod's values side by side; NRI's spec generator then
 // folds them to the last). Device variables are narrowed through CDI
 // instead, which appends; anything else, or a node whose CDI specs cannot
@@ -195,13 +239,13 @@ func (r *Rules) decideProtected(d *Decision, env map[string]string, gpu bool) {
 func (r *Rules) decideRepeated(d *Decision, env map[string]string, counts map[string]int, g grant) (refuse string) {
 	var repeated []string
 	for _, name := range slices.Sorted(maps.Keys(d.SetEnv)) {
-		if counts[name] > 1 {
+		switch {
+		case counts[name] <= 1:
+		case !slices.Contains(r.policy.DeviceVariables(), name):
+			// The enforcer's CDI device voids device variables only.
+			return refusal(name, counts[name], env[name], "it cannot be changed at the node")
+		default:
 			repeated = append(repeated, name)
-		}
-	}
-	for _, name := range d.RemoveEnv {
-		if counts[name] > 1 {
-			return refusal(name, counts[name], env[name], "it cannot be removed at the node")
 		}
 	}
 	if len(repeated) == 0 {

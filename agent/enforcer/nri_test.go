@@ -3,6 +3,7 @@ package enforcer
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,8 +15,11 @@ import (
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 	nrilog "github.com/containerd/nri/pkg/log"
+	nrigen "github.com/containerd/nri/pkg/runtime-tools/generate"
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/go-logr/logr"
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
+	rgen "github.com/opencontainers/runtime-tools/generate"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuguard/gpuguard/agent/verifier"
@@ -233,5 +237,63 @@ func TestAStalledKubeletRefusesTheContainerNotThePlugin(t *testing.T) {
 	resp, err := r.CreateContainer(context.Background(), createRequest("after", "main", "NVIDIA_VISIBLE_DEVICES=all"))
 	if err != nil || envOf(resp.GetAdjust())["NVIDIA_VISIBLE_DEVICES"] != Void {
 		t.Fatalf("the next container: %v, adjustment %v; want void from an enforcer still connected", err, resp.GetAdjust())
+	}
+}
+
+// finalSpec applies the adjustment NRI's runtime side answered for req as
+// containerd does (NRI's spec generator), to the spec req's container was
+// made from: what the runtime would run. It reads req before the creation,
+// since NRI rewrites the request for later plugins.
+func finalSpec(t *testing.T, r *adaptation.Adaptation, req *api.CreateContainerRequest) (*rspec.Spec, error) {
+	t.Helper()
+	spec := &rspec.Spec{Process: &rspec.Process{Env: slices.Clone(req.Container.Env)}, Linux: &rspec.Linux{}}
+	for _, d := range req.Container.GetLinux().GetDevices() {
+		spec.Linux.Devices = append(spec.Linux.Devices, d.ToOCI())
+	}
+	for _, m := range req.Container.GetMounts() {
+		spec.Mounts = append(spec.Mounts, m.ToOCI(nil))
+	}
+	resp, err := r.CreateContainer(context.Background(), req)
+	if err != nil {
+		return nil, err
+	}
+	if err := nrigen.SpecGenerator(&rgen.Generator{Config: spec}).Adjust(resp.GetAdjust()); err != nil {
+		t.Fatal(err)
+	}
+	return spec, nil
+}
+
+// TestFinalSpecThroughNRI checks what the runtime runs, not what the
+// enforcer asked: NRI v0.11 does not pass on the removal of a variable the
+// container already has, so a protected variable from the image or the pod
+// must end with a value that grants nothing.
+func TestFinalSpecThroughNRI(t *testing.T) {
+	r, socket := startRuntime(t)
+	startEnforcer(t, socket)
+	waitAdjusted(t, r, createRequest("warmup", "main", "NVIDIA_VISIBLE_DEVICES=all"))
+	for _, tc := range []struct {
+		name, pod string
+		env       []string
+		want      map[string]string
+	}{
+		{name: "no GPU, feature and channel variables from the image", pod: "notebook",
+			env: []string{"PATH=/bin", "NVIDIA_MOFED=enabled", "NVIDIA_NVSWITCH=enabled", "NVIDIA_IMEX_CHANNELS=0",
+				"NVIDIA_DRIVER_CAPABILITIES=all", "NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=all"},
+			want: map[string]string{"PATH": "/bin", "NVIDIA_MOFED": "disabled", "NVIDIA_NVSWITCH": "disabled", "NVIDIA_IMEX_CHANNELS": Void,
+				"NVIDIA_DRIVER_CAPABILITIES": "utility,compute", "NVIDIA_MIG_CONFIG_DEVICES": "", "NVIDIA_VISIBLE_DEVICES": Void}},
+		{name: "one GPU, MOFED which no workload may have", pod: "train",
+			env:  []string{"NVIDIA_VISIBLE_DEVICES=GPU-a", "NVIDIA_MOFED=enabled", "NVIDIA_DRIVER_CAPABILITIES=compute"},
+			want: map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-a", "NVIDIA_MOFED": "disabled", "NVIDIA_DRIVER_CAPABILITIES": "compute"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, err := finalSpec(t, r, createRequest(tc.pod, "main", tc.env...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := envMap(spec.Process.Env)
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("the runtime runs with env %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

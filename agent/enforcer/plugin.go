@@ -299,9 +299,6 @@ func adjustment(d Decision) *api.ContainerAdjustment {
 	for k, v := range d.SetEnv {
 		adj.AddEnv(k, v)
 	}
-	for _, k := range d.RemoveEnv {
-		adj.RemoveEnv(k)
-	}
 	for _, m := range d.RemoveMounts {
 		adj.RemoveMount(m)
 	}
