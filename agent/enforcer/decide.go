@@ -299,15 +299,19 @@ func (r *Rules) decideDeviceVariables(d *Decision, env map[string]string, g gran
 	}
 }
 
-// decideMounts removes device-list mounts of devices not allocated.
+// decideMounts removes device-list mounts of devices not allocated. The
+// toolkit matches its root as a plain string prefix of the cleaned
+// destination and reads what follows, slashes trimmed, as the device:
+// /var/run/nvidia-container-devicesall asks for "all" as
+// /var/run/nvidia-container-devices/all does; so does the enforcer.
 func (r *Rules) decideMounts(d *Decision, mounts []Mount, g grant) {
 	for _, m := range mounts {
 		for _, root := range r.deviceListRoots {
-			rest, ok := strings.CutPrefix(path.Clean(m.Destination), root+"/")
+			rest, ok := strings.CutPrefix(path.Clean(m.Destination), path.Clean(root))
 			if !ok {
 				continue
 			}
-			if !g.names[rest] {
+			if rest = strings.Trim(rest, "/"); rest == "" || !g.names[rest] {
 				d.RemoveMounts = append(d.RemoveMounts, m.Destination)
 				d.Changes = append(d.Changes, "removed device-list mount "+m.Destination+": not allocated")
 			}

@@ -275,6 +275,8 @@ func TestFinalSpecThroughNRI(t *testing.T) {
 		name, pod string
 		env       []string
 		want      map[string]string
+		// mounts of /dev/null in the container, and those the runtime keeps.
+		mounts, wantMounts []string
 	}{
 		{name: "no GPU, feature and channel variables from the image", pod: "notebook",
 			env: []string{"PATH=/bin", "NVIDIA_MOFED=enabled", "NVIDIA_NVSWITCH=enabled", "NVIDIA_IMEX_CHANNELS=0",
@@ -284,15 +286,30 @@ func TestFinalSpecThroughNRI(t *testing.T) {
 		{name: "one GPU, MOFED which no workload may have", pod: "train",
 			env:  []string{"NVIDIA_VISIBLE_DEVICES=GPU-a", "NVIDIA_MOFED=enabled", "NVIDIA_DRIVER_CAPABILITIES=compute"},
 			want: map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-a", "NVIDIA_MOFED": "disabled", "NVIDIA_DRIVER_CAPABILITIES": "compute"}},
+		{name: "one GPU, device-list mounts past the root without a slash", pod: "train",
+			env: []string{"NVIDIA_VISIBLE_DEVICES=" + mountRoot}, want: map[string]string{"NVIDIA_VISIBLE_DEVICES": mountRoot},
+			mounts:     []string{mountRoot + "/GPU-a", mountRoot + "all", "/run/nvidia-container-devicesGPU-b"},
+			wantMounts: []string{mountRoot + "/GPU-a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			spec, err := finalSpec(t, r, createRequest(tc.pod, "main", tc.env...))
+			req := createRequest(tc.pod, "main", tc.env...)
+			for _, m := range tc.mounts {
+				req.Container.Mounts = append(req.Container.Mounts, &api.Mount{Destination: m, Source: "/dev/null", Type: "bind"})
+			}
+			spec, err := finalSpec(t, r, req)
 			if err != nil {
 				t.Fatal(err)
 			}
 			got, _ := envMap(spec.Process.Env)
 			if !maps.Equal(got, tc.want) {
 				t.Errorf("the runtime runs with env %v, want %v", got, tc.want)
+			}
+			var mounts []string
+			for _, m := range spec.Mounts {
+				mounts = append(mounts, m.Destination)
+			}
+			if !slices.Equal(mounts, tc.wantMounts) {
+				t.Errorf("the runtime mounts %v, want %v", mounts, tc.wantMounts)
 			}
 		})
 	}
