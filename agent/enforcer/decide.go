@@ -38,7 +38,9 @@ type Container struct {
 	// Annotations are the OCI annotations the runtime passes on.
 	Annotations map[string]string
 	// Devices are the device nodes in its spec.
-	Devices []string
+	Devices []Device
+	// DeviceRules are its device cgroup's rules (linux.resources.devices).
+	DeviceRules []DeviceRule
 	// AllDevices: its device cgroup allows every device, as for a
 	// privileged container.
 	AllDevices bool
@@ -67,11 +69,13 @@ type Decision struct {
 	Refuse string
 	// SetEnv are variables set (replacing any value).
 	SetEnv map[string]string
-	// RemoveMounts, RemoveAnnotations and RemoveDevices are taken away:
-	// mount destinations, annotation keys and device node paths. There is
-	// no RemoveEnv: NRI does not pass on the removal of a variable the
-	// container already has; SetEnv sets it to a value that grants nothing.
-	RemoveMounts, RemoveAnnotations, RemoveDevices []string
+	// RemoveMounts and RemoveAnnotations are taken away: mount
+	// destinations and annotation keys. There is no RemoveEnv nor
+	// RemoveDevices: NRI does not pass on the removal of a variable or a
+	// device node the container already has. SetEnv sets a variable to a
+	// value that grants nothing; a device beyond the allocation gets the
+	// container refused.
+	RemoveMounts, RemoveAnnotations []string
 	// InjectCDI are CDI devices added: the enforcer's void device and the
 	// allocated devices, where a device variable set more than once cannot
 	// be narrowed through the environment (see cdi.go).
@@ -97,6 +101,8 @@ type Rules struct {
 	// cdi names devices through the node's CDI specs; nil where the
 	// enforcer has none, and a variable set twice is then refused.
 	cdi CDINamer
+	// majors are the node's NVIDIA character device majors.
+	majors DeviceMajors
 }
 
 // NeedsAllocation reports whether what the kubelet allocated could matter
@@ -116,6 +122,15 @@ func (r *Rules) WithCDI(n CDINamer) *Rules {
 	return r
 }
 
+// WithDeviceMajors judges device nodes and cgroup rules by the node's
+// NVIDIA majors, read once from its /proc/devices (ReadDeviceMajors).
+func (r *Rules) WithDeviceMajors(m DeviceMajors) *Rules {
+	if m != nil {
+		r.majors = m
+	}
+	return r
+}
+
 // NewRules builds the rules of a policy on a node with inv's GPUs.
 func NewRules(p *config.Policy, inv *discovery.Inventory) (*Rules, error) {
 	e, err := policy.New(p)
@@ -123,7 +138,7 @@ func NewRules(p *config.Policy, inv *discovery.Inventory) (*Rules, error) {
 		return nil, err
 	}
 	return &Rules{policy: &p.Spec, engine: e, deviceListRoots: p.Spec.DeviceListMountRoots,
-		cdiPrefixes: []string{"cdi.k8s.io/"}, gpus: NewInventory(inv)}, nil
+		cdiPrefixes: []string{"cdi.k8s.io/"}, gpus: NewInventory(inv), majors: DefaultDeviceMajors()}, nil
 }
 
 // Decide makes c grant exactly what f says the kubelet allocated.
@@ -163,16 +178,8 @@ func (r *Rules) Decide(c Container, f Facts) Decision {
 	if !f.Waived[policy.RuleDeviceAnnotation] {
 		r.decideAnnotations(&d, c.Annotations, grant)
 	}
-	for _, dev := range c.Devices {
-		if keepGPUs {
-			break
-		}
-		// Device nodes are left alone where the allocation names devices
-		// gpuguard cannot resolve: it cannot tell which nodes they need.
-		if minor, ok := gpuMinor(dev); ok && !grant.unknown && !grant.minors[minor] {
-			d.RemoveDevices = append(d.RemoveDevices, dev)
-			d.Changes = append(d.Changes, "removed device "+dev+": not allocated")
-		}
+	if refuse := r.decideDevices(c, deviceLimits{g: grant, gpu: gpu, keep: keepGPUs || f.KAIFraction}); refuse != "" {
+		return Decision{Refuse: refuse}
 	}
 	return d
 }
@@ -336,16 +343,6 @@ func (r *Rules) decideAnnotations(d *Decision, annotations map[string]string, g 
 			}
 		}
 	}
-}
-
-// gpuMinor reads N from a GPU device node path /dev/nvidiaN.
-func gpuMinor(dev string) (int, bool) {
-	digits, ok := strings.CutPrefix(dev, "/dev/nvidia")
-	if !ok || digits == "" {
-		return 0, false
-	}
-	n, err := strconv.Atoi(digits)
-	return n, err == nil
 }
 
 // envMap reads an environment as the runtime does, the last occurrence

@@ -1,6 +1,7 @@
 package enforcer
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -32,6 +33,15 @@ func testRules(t testing.TB) *Rules {
 	return r
 }
 
+// gpuNodes are /dev/nvidiaN nodes of the GPUs of those minors.
+func gpuNodes(minors ...int64) []Device {
+	var out []Device
+	for _, m := range minors {
+		out = append(out, Device{Path: fmt.Sprintf("/dev/nvidia%d", m), Type: "c", Major: GPUMajor, Minor: m})
+	}
+	return out
+}
+
 const mountRoot = "/var/run/nvidia-container-devices"
 
 // TestDecide: each channel of the NVIDIA runtime, with and without an
@@ -43,9 +53,9 @@ func TestDecide(t *testing.T) {
 		c    Container
 		f    Facts
 		// want: variables set, and what is removed, by kind.
-		setEnv                          map[string]string
-		rmMounts, rmAnnotations, rmDevs []string
-		refuse                          bool
+		setEnv                  map[string]string
+		rmMounts, rmAnnotations []string
+		refuse                  bool
 	}{
 		{name: "no GPU, image ENV all", c: Container{Env: []string{"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"}},
 			setEnv: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void"}},
@@ -91,11 +101,12 @@ func TestDecide(t *testing.T) {
 			c: Container{Annotations: map[string]string{"cdi.k8s.io/gpuguard-agent_x": "nvidia.com/gpu=GPU-a",
 				"cdi.k8s.io/forged": "nvidia.com/gpu=all", "other": "nvidia.com/gpu=all"}},
 			f: Facts{Allocated: []string{"GPU-a"}}, rmAnnotations: []string{"cdi.k8s.io/forged"}},
-		{name: "device nodes: a neighbour's removed, a MIG parent's kept",
-			c: Container{Devices: []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm"}},
-			f: Facts{Allocated: []string{"MIG-c0", "GPU-a"}}, rmDevs: []string{"/dev/nvidia1"}},
+		{name: "device nodes: a neighbour's refused (NRI cannot remove it)",
+			c: Container{Devices: gpuNodes(0, 1, 2)}, f: Facts{Allocated: []string{"MIG-c0", "GPU-a"}}, refuse: true},
+		{name: "device nodes: the allocation's, a MIG parent's and the shared ones kept",
+			c: Container{Devices: append(gpuNodes(0, 2), Device{"/dev/nvidiactl", "c", 195, 255})}, f: Facts{Allocated: []string{"MIG-c0", "GPU-a"}}},
 		{name: "an allocation in a scheme not resolved: its device nodes left alone",
-			c: Container{Devices: []string{"/dev/nvidia0", "/dev/nvidia1"}}, f: Facts{Allocated: []string{"GPU-a-_-0"}}},
+			c: Container{Devices: gpuNodes(0, 1)}, f: Facts{Allocated: []string{"GPU-a-_-0"}}},
 		{name: "protected variable without a GPU removed, allowed one on a GPU kept",
 			c: Container{Env: []string{"NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute"}},
 			f: Facts{Allocated: []string{"GPU-a"}}, setEnv: map[string]string{"NVIDIA_MIG_CONFIG_DEVICES": ""}},
@@ -119,10 +130,10 @@ func TestDecide(t *testing.T) {
 			f: Facts{KAIFraction: true}},
 		{name: "privileged refused", c: Container{AllDevices: true, Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}}, refuse: true},
 		{name: "exempt: untouched, privileged or not",
-			c: Container{AllDevices: true, Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, Devices: []string{"/dev/nvidia1"}},
+			c: Container{AllDevices: true, Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, Devices: gpuNodes(1)},
 			f: Facts{Exempt: "namespace gpu-operator"}},
 		{name: "waives inject-void, nothing allocated: the image's all kept",
-			c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, Devices: []string{"/dev/nvidia1"}},
+			c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, Devices: gpuNodes(1)},
 			f: Facts{Exempt: "service account gpu-infra/dcgm", Waived: policy.RuleSet{policy.RuleInjectVoid: true}}},
 		{name: "waives inject-void, one GPU: all still narrowed (device-env)",
 			c:      Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}},
@@ -160,12 +171,12 @@ func TestDecide(t *testing.T) {
 				what      string
 				got, want []string
 			}{{"mounts", d.RemoveMounts, tc.rmMounts},
-				{"annotations", d.RemoveAnnotations, tc.rmAnnotations}, {"devices", d.RemoveDevices, tc.rmDevs}} {
+				{"annotations", d.RemoveAnnotations, tc.rmAnnotations}} {
 				if !slices.Equal(c.got, c.want) {
 					t.Errorf("removed %s %v, want %v", c.what, c.got, c.want)
 				}
 			}
-			if changed := len(tc.setEnv)+len(tc.rmMounts)+len(tc.rmAnnotations)+len(tc.rmDevs) > 0 || tc.refuse; d.Changed() != changed {
+			if changed := len(tc.setEnv)+len(tc.rmMounts)+len(tc.rmAnnotations) > 0 || tc.refuse; d.Changed() != changed {
 				t.Errorf("Changed() = %v with changes %v", d.Changed(), d.Changes)
 			}
 		})

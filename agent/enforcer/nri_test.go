@@ -314,3 +314,51 @@ func TestFinalSpecThroughNRI(t *testing.T) {
 		})
 	}
 }
+
+// TestDevicesThroughNRI: NRI v0.11 passes on no removal of a device node
+// the container already has (adjustDevices), so such a removal left the
+// node in the spec the runtime runs; a GPU's node under another path, and
+// a cgroup rule for every GPU minor, now get the creation refused, naming
+// them, while the allocated GPU's node is created as it is.
+func TestDevicesThroughNRI(t *testing.T) {
+	r, socket := startRuntime(t)
+	startEnforcer(t, socket)
+	waitAdjusted(t, r, createRequest("warmup", "main", "NVIDIA_VISIBLE_DEVICES=all"))
+	withDevices := func(pod string, devices []*api.LinuxDevice, rules ...*api.LinuxDeviceCgroup) *api.CreateContainerRequest {
+		req := createRequest(pod, "main")
+		req.Container.Linux = &api.LinuxContainer{Devices: devices, Resources: &api.LinuxResources{Devices: rules}}
+		return req
+	}
+	gpu := func(path string, minor int64) *api.LinuxDevice {
+		return &api.LinuxDevice{Path: path, Type: "c", Major: GPUMajor, Minor: minor}
+	}
+	rule := func(minor *int64) *api.LinuxDeviceCgroup {
+		return &api.LinuxDeviceCgroup{Allow: true, Type: "c", Major: api.Int64(GPUMajor), Minor: api.Int64(minor), Access: "rwm"}
+	}
+	spec, err := finalSpec(t, r, withDevices("train", []*api.LinuxDevice{gpu("/dev/nvidia0", 0)}, rule(i64(0))))
+	if err != nil {
+		t.Fatalf("the allocated GPU's node: %v", err)
+	}
+	if len(spec.Linux.Devices) != 1 || spec.Linux.Devices[0].Path != "/dev/nvidia0" {
+		t.Errorf("the allocated GPU's node: the runtime runs with %v", spec.Linux.Devices)
+	}
+	for _, tc := range []struct {
+		name     string
+		req      *api.CreateContainerRequest
+		refusing string
+	}{
+		{"a GPU's node under another path", withDevices("notebook", []*api.LinuxDevice{gpu("/dev/gpu-b", 1)}), "/dev/gpu-b (c 195:1)"},
+		{"a neighbour's GPU node", withDevices("train", []*api.LinuxDevice{gpu("/dev/nvidia0", 0), gpu("/dev/nvidia1", 1)}, rule(i64(0)), rule(i64(1))), "/dev/nvidia1"},
+		{"a cgroup rule for every GPU minor", withDevices("train", []*api.LinuxDevice{gpu("/dev/nvidia0", 0)}, rule(nil)), "c 195:* rwm"},
+	} {
+		if spec, err := finalSpec(t, r, tc.req); err == nil || !strings.Contains(err.Error(), tc.refusing) {
+			var devs []string
+			if spec != nil {
+				for _, d := range spec.Linux.Devices {
+					devs = append(devs, d.Path)
+				}
+			}
+			t.Errorf("%s: %v (the runtime would run with %v), want refused naming %q", tc.name, err, devs, tc.refusing)
+		}
+	}
+}
