@@ -30,11 +30,17 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 	if err != nil {
 		return err
 	}
+	// The drivers' majors, read once: a creation reads no file for them.
+	majors, err := enforcer.ReadDeviceMajors(filepath.Join(a.cfg.ProcRoot, "devices"))
+	if err != nil {
+		a.log.Error(err, "the node enforcer knows the GPU nodes' major only; it judges the other NVIDIA device nodes by their paths")
+	}
+	a.log.Info("node enforcer device majors", "majors", majors)
 	rules, err := enforcer.NewRules(pol, inv)
 	if err != nil {
 		return err
 	}
-	rules.WithCDI(specs)
+	rules.WithCDI(specs).WithDeviceMajors(majors)
 	allocations, err := verifier.DialPodResources(a.cfg.PodResourcesSocket)
 	if err != nil {
 		return err
@@ -67,7 +73,7 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 			}
 			pol := a.verifierPolicy()
 			if r, err := enforcer.NewRules(pol, inv); err == nil {
-				current.Store(r.WithCDI(specs))
+				current.Store(r.WithCDI(specs).WithDeviceMajors(majors))
 				ex.Set(pol, a.cfg.VerifyExemptNamespaces)
 			}
 		}

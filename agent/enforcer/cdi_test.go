@@ -91,8 +91,8 @@ func TestRepeatedVariablesThroughCDI(t *testing.T) {
 			f: Facts{Allocated: []string{"GPU-a"}}, refusing: "no CDI spec in"},
 		{name: "an allocation not resolved: refused", toolkit: true, env: repeated("x", "all"),
 			f: Facts{Allocated: []string{"GPU-a-_-0"}}, refusing: "cannot name through CDI"},
-		{name: "a protected variable to remove, set twice: refused", toolkit: true,
-			env: []string{"NVIDIA_DRIVER_CAPABILITIES=all", "NVIDIA_DRIVER_CAPABILITIES=all"}, refusing: "cannot be removed"},
+		{name: "a protected variable to neutralise, set twice: refused", toolkit: true,
+			env: []string{"NVIDIA_DRIVER_CAPABILITIES=all", "NVIDIA_DRIVER_CAPABILITIES=all"}, refusing: "cannot be changed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := cdiRules(t, specDir(t, tc.toolkit))

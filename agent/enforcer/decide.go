@@ -38,7 +38,9 @@ type Container struct {
 	// Annotations are the OCI annotations the runtime passes on.
 	Annotations map[string]string
 	// Devices are the device nodes in its spec.
-	Devices []string
+	Devices []Device
+	// DeviceRules are its device cgroup's rules (linux.resources.devices).
+	DeviceRules []DeviceRule
 	// AllDevices: its device cgroup allows every device, as for a
 	// privileged container.
 	AllDevices bool
@@ -67,10 +69,13 @@ type Decision struct {
 	Refuse string
 	// SetEnv are variables set (replacing any value).
 	SetEnv map[string]string
-	// RemoveEnv, RemoveMounts, RemoveAnnotations and RemoveDevices are
-	// taken away: environment keys, mount destinations, annotation keys and
-	// device node paths.
-	RemoveEnv, RemoveMounts, RemoveAnnotations, RemoveDevices []string
+	// RemoveMounts and RemoveAnnotations are taken away: mount
+	// destinations and annotation keys. There is no RemoveEnv nor
+	// RemoveDevices: NRI does not pass on the removal of a variable or a
+	// device node the container already has. SetEnv sets a variable to a
+	// value that grants nothing; a device beyond the allocation gets the
+	// container refused.
+	RemoveMounts, RemoveAnnotations []string
 	// InjectCDI are CDI devices added: the enforcer's void device and the
 	// allocated devices, where a device variable set more than once cannot
 	// be narrowed through the environment (see cdi.go).
@@ -96,6 +101,8 @@ type Rules struct {
 	// cdi names devices through the node's CDI specs; nil where the
 	// enforcer has none, and a variable set twice is then refused.
 	cdi CDINamer
+	// majors are the node's NVIDIA character device majors.
+	majors DeviceMajors
 }
 
 // NeedsAllocation reports whether what the kubelet allocated could matter
@@ -115,6 +122,15 @@ func (r *Rules) WithCDI(n CDINamer) *Rules {
 	return r
 }
 
+// WithDeviceMajors judges device nodes and cgroup rules by the node's
+// NVIDIA majors, read once from its /proc/devices (ReadDeviceMajors).
+func (r *Rules) WithDeviceMajors(m DeviceMajors) *Rules {
+	if m != nil {
+		r.majors = m
+	}
+	return r
+}
+
 // NewRules builds the rules of a policy on a node with inv's GPUs.
 func NewRules(p *config.Policy, inv *discovery.Inventory) (*Rules, error) {
 	e, err := policy.New(p)
@@ -122,7 +138,7 @@ func NewRules(p *config.Policy, inv *discovery.Inventory) (*Rules, error) {
 		return nil, err
 	}
 	return &Rules{policy: &p.Spec, engine: e, deviceListRoots: p.Spec.DeviceListMountRoots,
-		cdiPrefixes: []string{"cdi.k8s.io/"}, gpus: NewInventory(inv)}, nil
+		cdiPrefixes: []string{"cdi.k8s.io/"}, gpus: NewInventory(inv), majors: DefaultDeviceMajors()}, nil
 }
 
 // Decide makes c grant exactly what f says the kubelet allocated.
@@ -149,7 +165,9 @@ func (r *Rules) Decide(c Container, f Facts) Decision {
 		r.decideDeviceVariables(&d, env, grant)
 	}
 	if !f.Waived[policy.RuleProtectedEnv] {
-		r.decideProtected(&d, env, gpu)
+		if refuse := r.decideProtected(&d, env, gpu); refuse != "" {
+			return Decision{Refuse: refuse}
+		}
 	}
 	if refuse := r.decideRepeated(&d, env, counts, grant); refuse != "" {
 		return Decision{Refuse: refuse}
@@ -160,34 +178,67 @@ func (r *Rules) Decide(c Container, f Facts) Decision {
 	if !f.Waived[policy.RuleDeviceAnnotation] {
 		r.decideAnnotations(&d, c.Annotations, grant)
 	}
-	for _, dev := range c.Devices {
-		if keepGPUs {
-			break
-		}
-		// Device nodes are left alone where the allocation names devices
-		// gpuguard cannot resolve: it cannot tell which nodes they need.
-		if minor, ok := gpuMinor(dev); ok && !grant.unknown && !grant.minors[minor] {
-			d.RemoveDevices = append(d.RemoveDevices, dev)
-			d.Changes = append(d.Changes, "removed device "+dev+": not allocated")
-		}
+	if refuse := r.decideDevices(c, deviceLimits{g: grant, gpu: gpu, keep: keepGPUs || f.KAIFraction}); refuse != "" {
+		return Decision{Refuse: refuse}
 	}
 	return d
 }
 
-// decideProtected removes the protected variables the policy does not allow
-// the container; device variables are decideDeviceVariables' to set.
-func (r *Rules) decideProtected(d *Decision, env map[string]string, gpu bool) {
+// inertValues are, for each protected variable gpuguard knows, the value
+// with which the NVIDIA Container Toolkit grants nothing through it. NRI
+// cannot remove a variable the container already has (docs/agent.md,
+// "What NRI passes on"): the enforcer sets it to this value instead, and
+// refuses a container with a protected variable it knows no such value of.
+//
+//   - NVIDIA_DRIVER_CAPABILITIES: the toolkit's default, what an empty value
+//     gives; unset would give every capability to a legacy CUDA image.
+//   - NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_MIG_MONITOR_DEVICES: empty; the hook
+//     passes a non-empty value on (and refuses one in an unprivileged
+//     container), an empty one as unset.
+//   - NVIDIA_IMEX_CHANNELS: void, read as the device lists are.
+//   - NVIDIA_GDS, NVIDIA_MOFED, NVIDIA_NVSWITCH, NVIDIA_GDRCOPY: disabled,
+//     which turns the feature off even where the toolkit's config turns it on.
+//   - NVIDIA_REQUIRE_JETPACK: empty; only csv-mounts=all widens the mounts,
+//     and the variable is left out of the requirements checked.
+var inertValues = map[string]string{
+	"NVIDIA_DRIVER_CAPABILITIES": "utility,compute",
+	"NVIDIA_MIG_CONFIG_DEVICES":  "",
+	"NVIDIA_MIG_MONITOR_DEVICES": "",
+	"NVIDIA_IMEX_CHANNELS":       Void,
+	"NVIDIA_GDS":                 "disabled",
+	"NVIDIA_MOFED":               "disabled",
+	"NVIDIA_NVSWITCH":            "disabled",
+	"NVIDIA_GDRCOPY":             "disabled",
+	"NVIDIA_REQUIRE_JETPACK":     "",
+}
+
+// decideProtected sets the protected variables the policy does not allow
+// the container to their inert values; device variables are
+// decideDeviceVariables' to set. A protected variable without a known inert
+// value gets the container refused, naming it.
+func (r *Rules) decideProtected(d *Decision, env map[string]string, gpu bool) (refuse string) {
 	for _, name := range slices.Sorted(maps.Keys(env)) {
-		if problem := r.engine.ProtectedEnvProblem(gpu, name, env[name]); problem != "" && !slices.Contains(r.policy.DeviceVariables(), name) {
-			d.RemoveEnv = append(d.RemoveEnv, name)
-			d.Changes = append(d.Changes, "removed "+name+": "+problem)
+		problem := r.engine.ProtectedEnvProblem(gpu, name, env[name])
+		if problem == "" || slices.Contains(r.policy.DeviceVariables(), name) {
+			continue
 		}
+		inert, known := inertValues[name]
+		switch {
+		case !known:
+			return fmt.Sprintf("gpuguard: the container %s, and NRI cannot remove a variable the container already has; gpuguard knows no value of %s that grants nothing: remove it from the image or the pod",
+				problem, name)
+		case env[name] == inert:
+			continue
+		}
+		d.SetEnv[name] = inert
+		d.Changes = append(d.Changes, fmt.Sprintf("set %s=%s (was %q): %s", name, inert, env[name], problem))
 	}
+	return ""
 }
 
 // decideRepeated handles variables to change that occur more than once.
-// The runtime reads a variable's last occurrence, and NRI changes or
-// removes only its first (containerd keeps the image's, the device
+// The runtime reads a variable's last occurrence, and NRI changes only its
+// first (containerd keeps the image's, the device
 // plugin's and the pod's values side by side; NRI's spec generator then
 // folds them to the last). Device variables are narrowed through CDI
 // instead, which appends; anything else, or a node whose CDI specs cannot
@@ -195,13 +246,13 @@ func (r *Rules) decideProtected(d *Decision, env map[string]string, gpu bool) {
 func (r *Rules) decideRepeated(d *Decision, env map[string]string, counts map[string]int, g grant) (refuse string) {
 	var repeated []string
 	for _, name := range slices.Sorted(maps.Keys(d.SetEnv)) {
-		if counts[name] > 1 {
+		switch {
+		case counts[name] <= 1:
+		case !slices.Contains(r.policy.DeviceVariables(), name):
+			// The enforcer's CDI device voids device variables only.
+			return refusal(name, counts[name], env[name], "it cannot be changed at the node")
+		default:
 			repeated = append(repeated, name)
-		}
-	}
-	for _, name := range d.RemoveEnv {
-		if counts[name] > 1 {
-			return refusal(name, counts[name], env[name], "it cannot be removed at the node")
 		}
 	}
 	if len(repeated) == 0 {
@@ -255,15 +306,19 @@ func (r *Rules) decideDeviceVariables(d *Decision, env map[string]string, g gran
 	}
 }
 
-// decideMounts removes device-list mounts of devices not allocated.
+// decideMounts removes device-list mounts of devices not allocated. The
+// toolkit matches its root as a plain string prefix of the cleaned
+// destination and reads what follows, slashes trimmed, as the device:
+// /var/run/nvidia-container-devicesall asks for "all" as
+// /var/run/nvidia-container-devices/all does; so does the enforcer.
 func (r *Rules) decideMounts(d *Decision, mounts []Mount, g grant) {
 	for _, m := range mounts {
 		for _, root := range r.deviceListRoots {
-			rest, ok := strings.CutPrefix(path.Clean(m.Destination), root+"/")
+			rest, ok := strings.CutPrefix(path.Clean(m.Destination), path.Clean(root))
 			if !ok {
 				continue
 			}
-			if !g.names[rest] {
+			if rest = strings.Trim(rest, "/"); rest == "" || !g.names[rest] {
 				d.RemoveMounts = append(d.RemoveMounts, m.Destination)
 				d.Changes = append(d.Changes, "removed device-list mount "+m.Destination+": not allocated")
 			}
@@ -288,16 +343,6 @@ func (r *Rules) decideAnnotations(d *Decision, annotations map[string]string, g 
 			}
 		}
 	}
-}
-
-// gpuMinor reads N from a GPU device node path /dev/nvidiaN.
-func gpuMinor(dev string) (int, bool) {
-	digits, ok := strings.CutPrefix(dev, "/dev/nvidia")
-	if !ok || digits == "" {
-		return 0, false
-	}
-	n, err := strconv.Atoi(digits)
-	return n, err == nil
 }
 
 // envMap reads an environment as the runtime does, the last occurrence

@@ -1,8 +1,10 @@
 package enforcer
 
 import (
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gpuguard/gpuguard/agent/discovery"
@@ -31,6 +33,15 @@ func testRules(t testing.TB) *Rules {
 	return r
 }
 
+// gpuNodes are /dev/nvidiaN nodes of the GPUs of those minors.
+func gpuNodes(minors ...int64) []Device {
+	var out []Device
+	for _, m := range minors {
+		out = append(out, Device{Path: fmt.Sprintf("/dev/nvidia%d", m), Type: "c", Major: GPUMajor, Minor: m})
+	}
+	return out
+}
+
 const mountRoot = "/var/run/nvidia-container-devices"
 
 // TestDecide: each channel of the NVIDIA runtime, with and without an
@@ -42,9 +53,9 @@ func TestDecide(t *testing.T) {
 		c    Container
 		f    Facts
 		// want: variables set, and what is removed, by kind.
-		setEnv                                 map[string]string
-		rmEnv, rmMounts, rmAnnotations, rmDevs []string
-		refuse                                 bool
+		setEnv                  map[string]string
+		rmMounts, rmAnnotations []string
+		refuse                  bool
 	}{
 		{name: "no GPU, image ENV all", c: Container{Env: []string{"PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"}},
 			setEnv: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void"}},
@@ -81,28 +92,48 @@ func TestDecide(t *testing.T) {
 			f: Facts{Allocated: []string{"GPU-a"}}, rmMounts: []string{mountRoot + "/all"}},
 		{name: "no GPU: every device-list mount removed", c: Container{Mounts: []Mount{{mountRoot + "/GPU-a", "/dev/null"}}},
 			rmMounts: []string{mountRoot + "/GPU-a"}},
+		{name: "device-list root matched as a plain prefix, as the toolkit does",
+			c: Container{Mounts: []Mount{{mountRoot + "all", "/dev/null"}, {mountRoot + "GPU-a", "/dev/null"}, {mountRoot + "//GPU-a/", "/dev/null"},
+				{"/run/nvidia-container-devicesall", "/dev/null"}, {mountRoot, "/dev/null"}, {"/var/run/nvidia-container", "/dev/null"}}},
+			f:        Facts{Allocated: []string{"GPU-a"}},
+			rmMounts: []string{mountRoot + "all", "/run/nvidia-container-devicesall", mountRoot}},
 		{name: "CDI annotations: the allocated kept, a forged one removed",
 			c: Container{Annotations: map[string]string{"cdi.k8s.io/gpuguard-agent_x": "nvidia.com/gpu=GPU-a",
 				"cdi.k8s.io/forged": "nvidia.com/gpu=all", "other": "nvidia.com/gpu=all"}},
 			f: Facts{Allocated: []string{"GPU-a"}}, rmAnnotations: []string{"cdi.k8s.io/forged"}},
-		{name: "device nodes: a neighbour's removed, a MIG parent's kept",
-			c: Container{Devices: []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm"}},
-			f: Facts{Allocated: []string{"MIG-c0", "GPU-a"}}, rmDevs: []string{"/dev/nvidia1"}},
+		{name: "device nodes: a neighbour's refused (NRI cannot remove it)",
+			c: Container{Devices: gpuNodes(0, 1, 2)}, f: Facts{Allocated: []string{"MIG-c0", "GPU-a"}}, refuse: true},
+		{name: "device nodes: the allocation's, a MIG parent's and the shared ones kept",
+			c: Container{Devices: append(gpuNodes(0, 2), Device{"/dev/nvidiactl", "c", 195, 255})}, f: Facts{Allocated: []string{"MIG-c0", "GPU-a"}}},
 		{name: "an allocation in a scheme not resolved: its device nodes left alone",
-			c: Container{Devices: []string{"/dev/nvidia0", "/dev/nvidia1"}}, f: Facts{Allocated: []string{"GPU-a-_-0"}}},
+			c: Container{Devices: gpuNodes(0, 1)}, f: Facts{Allocated: []string{"GPU-a-_-0"}}},
 		{name: "protected variable without a GPU removed, allowed one on a GPU kept",
 			c: Container{Env: []string{"NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute"}},
-			f: Facts{Allocated: []string{"GPU-a"}}, rmEnv: []string{"NVIDIA_MIG_CONFIG_DEVICES"}},
-		{name: "driver capabilities without a GPU removed",
-			c: Container{Env: []string{"NVIDIA_DRIVER_CAPABILITIES=all"}}, rmEnv: []string{"NVIDIA_DRIVER_CAPABILITIES"}},
+			f: Facts{Allocated: []string{"GPU-a"}}, setEnv: map[string]string{"NVIDIA_MIG_CONFIG_DEVICES": ""}},
+		{name: "driver capabilities without a GPU: the toolkit's default",
+			c: Container{Env: []string{"NVIDIA_DRIVER_CAPABILITIES=all"}}, setEnv: map[string]string{"NVIDIA_DRIVER_CAPABILITIES": "utility,compute"}},
+		{name: "driver capabilities on a GPU, a value the policy does not allow: the default",
+			c: Container{Env: []string{"NVIDIA_DRIVER_CAPABILITIES=compute,everything"}}, f: Facts{Allocated: []string{"GPU-a"}},
+			setEnv: map[string]string{"NVIDIA_DRIVER_CAPABILITIES": "utility,compute"}},
+		{name: "feature and channel variables without a GPU: disabled and void",
+			c: Container{Env: []string{"NVIDIA_MOFED=enabled", "NVIDIA_NVSWITCH=enabled", "NVIDIA_GDS=enabled", "NVIDIA_GDRCOPY=true",
+				"NVIDIA_IMEX_CHANNELS=0", "NVIDIA_MIG_MONITOR_DEVICES=all", "NVIDIA_REQUIRE_JETPACK=csv-mounts=all"}},
+			setEnv: map[string]string{"NVIDIA_MOFED": "disabled", "NVIDIA_NVSWITCH": "disabled", "NVIDIA_GDS": "disabled",
+				"NVIDIA_GDRCOPY": "disabled", "NVIDIA_IMEX_CHANNELS": "void", "NVIDIA_MIG_MONITOR_DEVICES": "",
+				"NVIDIA_REQUIRE_JETPACK": ""}},
+		{name: "MOFED on a GPU container, which no workload may have: disabled",
+			c: Container{Env: []string{"NVIDIA_MOFED=enabled", "NVIDIA_GDS=enabled"}}, f: Facts{Allocated: []string{"GPU-a"}},
+			setEnv: map[string]string{"NVIDIA_MOFED": "disabled"}},
+		{name: "protected variables already inert: untouched",
+			c: Container{Env: []string{"NVIDIA_MOFED=disabled", "NVIDIA_IMEX_CHANNELS=void", "NVIDIA_MIG_CONFIG_DEVICES="}}},
 		{name: "KAI fraction: its ConfigMap's list kept", c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-b"}},
 			f: Facts{KAIFraction: true}},
 		{name: "privileged refused", c: Container{AllDevices: true, Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}}, refuse: true},
 		{name: "exempt: untouched, privileged or not",
-			c: Container{AllDevices: true, Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, Devices: []string{"/dev/nvidia1"}},
+			c: Container{AllDevices: true, Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, Devices: gpuNodes(1)},
 			f: Facts{Exempt: "namespace gpu-operator"}},
 		{name: "waives inject-void, nothing allocated: the image's all kept",
-			c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, Devices: []string{"/dev/nvidia1"}},
+			c: Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, Devices: gpuNodes(1)},
 			f: Facts{Exempt: "service account gpu-infra/dcgm", Waived: policy.RuleSet{policy.RuleInjectVoid: true}}},
 		{name: "waives inject-void, one GPU: all still narrowed (device-env)",
 			c:      Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}},
@@ -114,7 +145,7 @@ func TestDecide(t *testing.T) {
 		{name: "waives privileged only: created, and void",
 			c:      Container{AllDevices: true, Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_MIG_CONFIG_DEVICES=all"}},
 			f:      Facts{Exempt: "service account gpu-infra/gfd", Waived: policy.RuleSet{policy.RulePrivileged: true}},
-			setEnv: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void"}, rmEnv: []string{"NVIDIA_MIG_CONFIG_DEVICES"}},
+			setEnv: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void", "NVIDIA_MIG_CONFIG_DEVICES": ""}},
 		{name: "waives protected-env: its variables kept, void still set",
 			c:      Container{Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_MIG_CONFIG_DEVICES=all"}},
 			f:      Facts{Exempt: "service account gpu-infra/mig", Waived: policy.RuleSet{policy.RuleProtectedEnv: true}},
@@ -139,15 +170,34 @@ func TestDecide(t *testing.T) {
 			for _, c := range []struct {
 				what      string
 				got, want []string
-			}{{"env", d.RemoveEnv, tc.rmEnv}, {"mounts", d.RemoveMounts, tc.rmMounts},
-				{"annotations", d.RemoveAnnotations, tc.rmAnnotations}, {"devices", d.RemoveDevices, tc.rmDevs}} {
+			}{{"mounts", d.RemoveMounts, tc.rmMounts},
+				{"annotations", d.RemoveAnnotations, tc.rmAnnotations}} {
 				if !slices.Equal(c.got, c.want) {
 					t.Errorf("removed %s %v, want %v", c.what, c.got, c.want)
 				}
 			}
-			if changed := len(tc.setEnv)+len(tc.rmEnv)+len(tc.rmMounts)+len(tc.rmAnnotations)+len(tc.rmDevs) > 0 || tc.refuse; d.Changed() != changed {
+			if changed := len(tc.setEnv)+len(tc.rmMounts)+len(tc.rmAnnotations) > 0 || tc.refuse; d.Changed() != changed {
 				t.Errorf("Changed() = %v with changes %v", d.Changed(), d.Changes)
 			}
 		})
+	}
+}
+
+// TestProtectedWithoutInertValue: a protected variable the policy adds,
+// of which gpuguard knows no value that grants nothing, gets the container
+// refused, naming it; NRI cannot remove it.
+func TestProtectedWithoutInertValue(t *testing.T) {
+	p := config.Default()
+	p.Spec.Env.ProtectedVariables = append(p.Spec.Env.ProtectedVariables, config.ProtectedVariable{Name: "VENDOR_GRANT"})
+	r, err := NewRules(p, testNode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.Decide(Container{Env: []string{"VENDOR_GRANT=everything"}}, Facts{})
+	if !strings.Contains(d.Refuse, "VENDOR_GRANT") || !strings.Contains(d.Refuse, "NRI cannot remove") {
+		t.Errorf("refuse = %q, want it naming VENDOR_GRANT and why", d.Refuse)
+	}
+	if !r.NeedsAllocation(Container{Env: []string{"VENDOR_GRANT=x"}}) {
+		t.Error("a container to refuse must need the allocation: a GPU may allow the variable")
 	}
 }

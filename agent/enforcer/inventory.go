@@ -21,6 +21,8 @@ type device struct {
 	// minor is the GPU device node it needs (/dev/nvidiaN), its parent's for
 	// a MIG device.
 	minor int
+	// mig: a MIG device, which needs its MIG capability nodes.
+	mig bool
 }
 
 // NewInventory indexes inv; nil is a node without GPUs.
@@ -35,7 +37,7 @@ func NewInventory(inv *discovery.Inventory) *Inventory {
 			in.byName[n] = whole
 		}
 		for _, m := range g.MIG {
-			mig := device{names: []string{m.UUID, m.IndexID()}, minor: g.Minor}
+			mig := device{names: []string{m.UUID, m.IndexID()}, minor: g.Minor, mig: true}
 			for _, n := range mig.names {
 				in.byName[n] = mig
 			}
@@ -55,6 +57,8 @@ type grant struct {
 	names map[string]bool
 	// minors are the GPU device nodes the allocation needs.
 	minors map[int]bool
+	// mig: a MIG device is allocated.
+	mig bool
 	// unknown: an allocated ID names no device of the inventory (a sharing
 	// scheduler's own scheme), so which device nodes it needs is unknown.
 	unknown bool
@@ -79,6 +83,7 @@ func (in *Inventory) grant(allocated []string) grant {
 			g.names[n] = true
 		}
 		g.minors[d.minor] = true
+		g.mig = g.mig || d.mig
 		if !slices.Contains(g.visible, d.names[0]) {
 			g.devices = append(g.devices, d.names)
 		}

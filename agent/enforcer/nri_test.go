@@ -3,6 +3,7 @@ package enforcer
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,8 +15,11 @@ import (
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 	nrilog "github.com/containerd/nri/pkg/log"
+	nrigen "github.com/containerd/nri/pkg/runtime-tools/generate"
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/go-logr/logr"
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
+	rgen "github.com/opencontainers/runtime-tools/generate"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuguard/gpuguard/agent/verifier"
@@ -233,5 +237,128 @@ func TestAStalledKubeletRefusesTheContainerNotThePlugin(t *testing.T) {
 	resp, err := r.CreateContainer(context.Background(), createRequest("after", "main", "NVIDIA_VISIBLE_DEVICES=all"))
 	if err != nil || envOf(resp.GetAdjust())["NVIDIA_VISIBLE_DEVICES"] != Void {
 		t.Fatalf("the next container: %v, adjustment %v; want void from an enforcer still connected", err, resp.GetAdjust())
+	}
+}
+
+// finalSpec applies the adjustment NRI's runtime side answered for req as
+// containerd does (NRI's spec generator), to the spec req's container was
+// made from: what the runtime would run. It reads req before the creation,
+// since NRI rewrites the request for later plugins.
+func finalSpec(t *testing.T, r *adaptation.Adaptation, req *api.CreateContainerRequest) (*rspec.Spec, error) {
+	t.Helper()
+	spec := &rspec.Spec{Process: &rspec.Process{Env: slices.Clone(req.Container.Env)}, Linux: &rspec.Linux{}}
+	for _, d := range req.Container.GetLinux().GetDevices() {
+		spec.Linux.Devices = append(spec.Linux.Devices, d.ToOCI())
+	}
+	for _, m := range req.Container.GetMounts() {
+		spec.Mounts = append(spec.Mounts, m.ToOCI(nil))
+	}
+	resp, err := r.CreateContainer(context.Background(), req)
+	if err != nil {
+		return nil, err
+	}
+	if err := nrigen.SpecGenerator(&rgen.Generator{Config: spec}).Adjust(resp.GetAdjust()); err != nil {
+		t.Fatal(err)
+	}
+	return spec, nil
+}
+
+// TestFinalSpecThroughNRI checks what the runtime runs, not what the
+// enforcer asked: NRI v0.11 does not pass on the removal of a variable the
+// container already has, so a protected variable from the image or the pod
+// must end with a value that grants nothing.
+func TestFinalSpecThroughNRI(t *testing.T) {
+	r, socket := startRuntime(t)
+	startEnforcer(t, socket)
+	waitAdjusted(t, r, createRequest("warmup", "main", "NVIDIA_VISIBLE_DEVICES=all"))
+	for _, tc := range []struct {
+		name, pod string
+		env       []string
+		want      map[string]string
+		// mounts of /dev/null in the container, and those the runtime keeps.
+		mounts, wantMounts []string
+	}{
+		{name: "no GPU, feature and channel variables from the image", pod: "notebook",
+			env: []string{"PATH=/bin", "NVIDIA_MOFED=enabled", "NVIDIA_NVSWITCH=enabled", "NVIDIA_IMEX_CHANNELS=0",
+				"NVIDIA_DRIVER_CAPABILITIES=all", "NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=all"},
+			want: map[string]string{"PATH": "/bin", "NVIDIA_MOFED": "disabled", "NVIDIA_NVSWITCH": "disabled", "NVIDIA_IMEX_CHANNELS": Void,
+				"NVIDIA_DRIVER_CAPABILITIES": "utility,compute", "NVIDIA_MIG_CONFIG_DEVICES": "", "NVIDIA_VISIBLE_DEVICES": Void}},
+		{name: "one GPU, MOFED which no workload may have", pod: "train",
+			env:  []string{"NVIDIA_VISIBLE_DEVICES=GPU-a", "NVIDIA_MOFED=enabled", "NVIDIA_DRIVER_CAPABILITIES=compute"},
+			want: map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-a", "NVIDIA_MOFED": "disabled", "NVIDIA_DRIVER_CAPABILITIES": "compute"}},
+		{name: "one GPU, device-list mounts past the root without a slash", pod: "train",
+			env: []string{"NVIDIA_VISIBLE_DEVICES=" + mountRoot}, want: map[string]string{"NVIDIA_VISIBLE_DEVICES": mountRoot},
+			mounts:     []string{mountRoot + "/GPU-a", mountRoot + "all", "/run/nvidia-container-devicesGPU-b"},
+			wantMounts: []string{mountRoot + "/GPU-a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := createRequest(tc.pod, "main", tc.env...)
+			for _, m := range tc.mounts {
+				req.Container.Mounts = append(req.Container.Mounts, &api.Mount{Destination: m, Source: "/dev/null", Type: "bind"})
+			}
+			spec, err := finalSpec(t, r, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := envMap(spec.Process.Env)
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("the runtime runs with env %v, want %v", got, tc.want)
+			}
+			var mounts []string
+			for _, m := range spec.Mounts {
+				mounts = append(mounts, m.Destination)
+			}
+			if !slices.Equal(mounts, tc.wantMounts) {
+				t.Errorf("the runtime mounts %v, want %v", mounts, tc.wantMounts)
+			}
+		})
+	}
+}
+
+// TestDevicesThroughNRI: NRI v0.11 passes on no removal of a device node
+// the container already has (adjustDevices), so such a removal left the
+// node in the spec the runtime runs; a GPU's node under another path, and
+// a cgroup rule for every GPU minor, now get the creation refused, naming
+// them, while the allocated GPU's node is created as it is.
+func TestDevicesThroughNRI(t *testing.T) {
+	r, socket := startRuntime(t)
+	startEnforcer(t, socket)
+	waitAdjusted(t, r, createRequest("warmup", "main", "NVIDIA_VISIBLE_DEVICES=all"))
+	withDevices := func(pod string, devices []*api.LinuxDevice, rules ...*api.LinuxDeviceCgroup) *api.CreateContainerRequest {
+		req := createRequest(pod, "main")
+		req.Container.Linux = &api.LinuxContainer{Devices: devices, Resources: &api.LinuxResources{Devices: rules}}
+		return req
+	}
+	gpu := func(path string, minor int64) *api.LinuxDevice {
+		return &api.LinuxDevice{Path: path, Type: "c", Major: GPUMajor, Minor: minor}
+	}
+	rule := func(minor *int64) *api.LinuxDeviceCgroup {
+		return &api.LinuxDeviceCgroup{Allow: true, Type: "c", Major: api.Int64(GPUMajor), Minor: api.Int64(minor), Access: "rwm"}
+	}
+	spec, err := finalSpec(t, r, withDevices("train", []*api.LinuxDevice{gpu("/dev/nvidia0", 0)}, rule(i64(0))))
+	if err != nil {
+		t.Fatalf("the allocated GPU's node: %v", err)
+	}
+	if len(spec.Linux.Devices) != 1 || spec.Linux.Devices[0].Path != "/dev/nvidia0" {
+		t.Errorf("the allocated GPU's node: the runtime runs with %v", spec.Linux.Devices)
+	}
+	for _, tc := range []struct {
+		name     string
+		req      *api.CreateContainerRequest
+		refusing string
+	}{
+		{"a GPU's node under another path", withDevices("notebook", []*api.LinuxDevice{gpu("/dev/gpu-b", 1)}), "/dev/gpu-b (c 195:1)"},
+		{"a neighbour's GPU node", withDevices("train", []*api.LinuxDevice{gpu("/dev/nvidia0", 0), gpu("/dev/nvidia1", 1)}, rule(i64(0)), rule(i64(1))), "/dev/nvidia1"},
+		{"a cgroup rule for every GPU minor", withDevices("train", []*api.LinuxDevice{gpu("/dev/nvidia0", 0)}, rule(nil)), "c 195:* rwm"},
+	} {
+		if spec, err := finalSpec(t, r, tc.req); err == nil || !strings.Contains(err.Error(), tc.refusing) {
+			var devs []string
+			if spec != nil {
+				for _, d := range spec.Linux.Devices {
+					devs = append(devs, d.Path)
+				}
+			}
+			t.Errorf("%s: %v (the runtime would run with %v), want refused naming %q", tc.name, err, devs, tc.refusing)
+		}
 	}
 }

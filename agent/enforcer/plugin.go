@@ -283,12 +283,14 @@ func containerOf(ctr *api.Container) Container {
 		c.Mounts = append(c.Mounts, Mount{Destination: m.GetDestination(), Source: m.GetSource()})
 	}
 	for _, d := range ctr.GetLinux().GetDevices() {
-		c.Devices = append(c.Devices, d.GetPath())
+		c.Devices = append(c.Devices, Device{Path: d.GetPath(), Type: d.GetType(), Major: d.GetMajor(), Minor: d.GetMinor()})
 	}
 	for _, rule := range ctr.GetLinux().GetResources().GetDevices() {
 		if rule.GetAllow() && (rule.GetType() == "" || rule.GetType() == "a") && rule.GetMajor() == nil && rule.GetMinor() == nil {
 			c.AllDevices = true
 		}
+		c.DeviceRules = append(c.DeviceRules, DeviceRule{Allow: rule.GetAllow(), Type: rule.GetType(),
+			Major: rule.GetMajor().Get(), Minor: rule.GetMinor().Get(), Access: rule.GetAccess()})
 	}
 	return c
 }
@@ -299,17 +301,11 @@ func adjustment(d Decision) *api.ContainerAdjustment {
 	for k, v := range d.SetEnv {
 		adj.AddEnv(k, v)
 	}
-	for _, k := range d.RemoveEnv {
-		adj.RemoveEnv(k)
-	}
 	for _, m := range d.RemoveMounts {
 		adj.RemoveMount(m)
 	}
 	for _, a := range d.RemoveAnnotations {
 		adj.RemoveAnnotation(a)
-	}
-	for _, dev := range d.RemoveDevices {
-		adj.RemoveDevice(dev)
 	}
 	for _, name := range d.InjectCDI {
 		adj.AddCDIDevice(&api.CDIDevice{Name: name})

@@ -1,0 +1,109 @@
+//go:build e2e
+
+package node
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
+)
+
+// testEnforcedProtectedEnv: a pod without a GPU limit whose env sets
+// variables that grant devices or driver features runs with values that
+// grant nothing. NRI v0.11 passes on no removal of a variable the
+// container already has: removed, they stayed as the pod set them.
+func testEnforcedProtectedEnv(t *testing.T) {
+	logEnforcerOnFailure(t)
+	p := probePod("enforced-protected-env")
+	for k, v := range map[string]string{"NVIDIA_MOFED": "enabled", "NVIDIA_NVSWITCH": "enabled", "NVIDIA_IMEX_CHANNELS": "0",
+		"NVIDIA_DRIVER_CAPABILITIES": "all"} {
+		withEnv(p, k, v)
+	}
+	report, _ := probe(t, tenantNS, p)
+	expectGPUs(t, report, nil)
+	want := map[string]string{"NVIDIA_MOFED": "disabled", "NVIDIA_NVSWITCH": "disabled", "NVIDIA_IMEX_CHANNELS": "void",
+		"NVIDIA_DRIVER_CAPABILITIES": "utility,compute", "NVIDIA_VISIBLE_DEVICES": "void"}
+	for k, v := range want {
+		if got, ok := report.Env[k]; !ok || got != v {
+			t.Errorf("the container ran with %s=%q (set: %v), want %q", k, got, ok, v)
+		}
+	}
+}
+
+// testEnforcedDeviceByNumber: a container given a GPU's device node under
+// another path (/dev/gpu-b, the host's 195:<minor>) through the CRI, in a
+// pod with no GPU allocated, is refused, the node named: NRI can remove no
+// device node the runtime put in the spec.
+func testEnforcedDeviceByNumber(t *testing.T) {
+	logEnforcerOnFailure(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sb, stop, err := startHeldSandbox(ctx, "enforced-device-number", "device-number-logs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	gpu := s.node.GPUs[len(s.node.GPUs)-1]
+	id, err := sb.runtime.CreateContainer(ctx, sb.id, &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "gpu-b"},
+		Image:    &runtimeapi.ImageSpec{Image: framework.ProbeImage},
+		LogPath:  "gpu-b.log",
+		Devices:  []*runtimeapi.Device{{ContainerPath: "/dev/gpu-b", HostPath: gpu.Node, Permissions: "rw"}},
+	}, sb.config)
+	if id != "" {
+		_ = sb.runtime.RemoveContainer(ctx, id)
+	}
+	if err == nil || !strings.Contains(err.Error(), "gpuguard") || !strings.Contains(err.Error(), "/dev/gpu-b") {
+		t.Errorf("a container with %s as /dev/gpu-b: %v, want refused by gpuguard naming /dev/gpu-b", gpu.Node, err)
+	}
+}
+
+// wildcardRule is an NRI plugin ordered before the enforcer, as a device
+// injector is, that gives containers named wildcard-rule a device cgroup
+// rule allowing every minor of the GPU major.
+type wildcardRule struct{}
+
+func (wildcardRule) CreateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	if ctr.GetName() != "wildcard-rule" {
+		return nil, nil, nil
+	}
+	rule := &api.LinuxDeviceCgroup{Allow: true, Type: "c", Major: api.Int64(195), Access: "rwm"}
+	return &api.ContainerAdjustment{Linux: &api.LinuxContainerAdjustment{Resources: &api.LinuxResources{Devices: []*api.LinuxDeviceCgroup{rule}}}}, nil, nil
+}
+
+// testEnforcedWildcardRule: a device cgroup rule allowing every minor of
+// major 195 (with which a root container makes any GPU's node) gets the
+// container refused, the rule named: no NRI plugin can remove a rule.
+func testEnforcedWildcardRule(t *testing.T) {
+	logEnforcerOnFailure(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	plugin, err := stub.New(wildcardRule{}, stub.WithPluginName("wildcard-rule"), stub.WithPluginIdx("10"),
+		stub.WithSocketPath(s.node.NRISocket()), stub.WithOnClose(func() {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plugin.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer plugin.Stop()
+	sb, stop, err := startHeldSandbox(ctx, "enforced-wildcard-rule", "wildcard-rule-logs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	id, err := sb.create(ctx, "wildcard-rule", framework.ProbeImage)
+	if id != "" {
+		_ = sb.runtime.RemoveContainer(ctx, id)
+	}
+	if err == nil || !strings.Contains(err.Error(), "gpuguard") || !strings.Contains(err.Error(), "c 195:* rwm") {
+		t.Errorf("a container whose cgroup allows c 195:* rwm: %v, want refused by gpuguard naming the rule", err)
+	}
+}
