@@ -22,11 +22,12 @@ var gpuguardName = regexp.MustCompile(`\b` + regexp.QuoteMeta(wellknown.Domain) 
 // renamed, or never had, fails here instead of matching nothing in a cluster.
 func TestChartUsesWellKnownNames(t *testing.T) {
 	known := map[string]bool{
-		wellknown.ModeLabel:                true,
-		wellknown.HardenedLabel:            true,
-		wellknown.CDIKind:                  true,
-		wellknown.AgentReportingController: true,
-		config.APIVersion:                  true,
+		wellknown.ModeLabel:                         true,
+		wellknown.HardenedLabel:                     true,
+		wellknown.CDIKind:                           true,
+		wellknown.AgentReportingController:          true,
+		wellknown.TolerateMissingEnforcerAnnotation: true,
+		config.APIVersion:                           true,
 	}
 	found := 0
 	err := filepath.WalkDir("gpuguard", func(path string, d fs.DirEntry, err error) error {

@@ -42,6 +42,11 @@ const (
 	// AuditLease is the Lease the webhook's replicas elect the background
 	// auditor with, in the webhook's namespace.
 	AuditLease = "gpuguard-audit"
+	// TolerateMissingEnforcerAnnotation is the pod annotation gpuguard
+	// names for containerd's tolerate_missing_plugins_annotation, where the
+	// node requires the enforcer: the agent's own pods carry it, and the
+	// default policy denies it to every pod it judges.
+	TolerateMissingEnforcerAnnotation = Domain + "/tolerate-missing-enforcer"
 	// CheckLabelPrefix prefixes one node label per hardening check, the
 	// check's ID after it, its status as the value.
 	CheckLabelPrefix = Domain + "/check."
