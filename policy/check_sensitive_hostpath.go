@@ -49,39 +49,41 @@ import (
 // CAP_DAC_OVERRIDE lacks), and cannot regain either through a setuid or
 // file-capability binary. Default action: deny, whatever the action. On an
 // UPDATE adding ephemeral containers, their mounts are judged the same way.
-func checkSensitiveHostPaths(ev *evaluation) {
-	for i, v := range ev.t.spec.Volumes {
+func checkSensitiveHostPaths(in *Input) []Finding {
+	var out []Finding
+	for i, v := range in.t.spec.Volumes {
 		if v.HostPath == nil {
 			continue
 		}
 		p := cleanAbsolute(v.HostPath.Path)
-		at := ev.t.specPath.Child("volumes").Index(i).Child("hostPath", "path").String()
+		at := in.t.specPath.Child("volumes").Index(i).Child("hostPath", "path").String()
 		if procHostLink.MatchString(p) {
-			ev.denyHostPath(v, at, "%s is a link of /proc that the runtime follows on the host, to the host's root or wherever a process's directory or file is; "+
-				"name the host path itself", quote(v.HostPath.Path))
+			out = append(out, in.denyHostPath(v, at, "%s is a link of /proc that the runtime follows on the host, to the host's root or wherever a process's directory or file is; "+
+				"name the host path itself", quote(v.HostPath.Path))...)
 			continue
 		}
-		s, below := ev.e.guardedRelation(p)
+		s, below := in.e.guardedRelation(p)
 		if s == "" {
-			ev.checkWriteProtected(v, p, at)
+			out = append(out, in.checkWriteProtected(v, p, at)...)
 			continue
 		}
-		if below || ev.e.policy.Spec.SensitiveHostPathParents == config.ParentsDeny {
-			ev.denyHostPath(v, at, "%s exposes %s; use a GPU resource instead", quote(v.HostPath.Path), s)
+		if below || in.e.policy.Spec.SensitiveHostPathParents == config.ParentsDeny {
+			out = append(out, in.denyHostPath(v, at, "%s exposes %s; use a GPU resource instead", quote(v.HostPath.Path), s)...)
 			continue
 		}
-		for k := range ev.containers {
-			c := &ev.containers[k]
+		for k := range in.containers {
+			c := &in.containers[k]
 			if !mounts(c.c, v.Name) {
 				continue
 			}
-			if missing := ev.parentProblems(c, v.Name); len(missing) > 0 {
-				ev.report(RuleSensitiveHostPath, effectDeny, c, at,
+			if missing := in.parentProblems(c, v.Name); len(missing) > 0 {
+				out = append(out, containerFinding(RuleSensitiveHostPath, effectDeny, c, at,
 					"mounts %s, which reaches %s, without %s; such a mount needs readOnly, a non-root user and group, "+
-						"allowPrivilegeEscalation: false, capabilities.drop [ALL] (adding back NET_BIND_SERVICE or SYS_TIME at most) and no privilege", quote(v.HostPath.Path), s, strings.Join(missing, ", "))
+						"allowPrivilegeEscalation: false, capabilities.drop [ALL] (adding back NET_BIND_SERVICE or SYS_TIME at most) and no privilege", quote(v.HostPath.Path), s, strings.Join(missing, ", ")))
 			}
 		}
 	}
+	return out
 }
 
 // procHostLinkPattern matches a host path through a per-process link of
@@ -100,28 +102,31 @@ var procHostLink = regexp.MustCompile(procHostLinkPattern)
 // denyHostPath denies host path volume v whatever the containers mounting
 // it; on an UPDATE adding ephemeral containers, only where one of them
 // mounts it.
-func (ev *evaluation) denyHostPath(v corev1.Volume, at, format string, args ...any) {
-	if ev.scope != scopeNewEphemeral || slices.ContainsFunc(ev.containers, func(c containerRef) bool { return mounts(c.c, v.Name) }) {
-		ev.report(RuleSensitiveHostPath, effectDeny, nil, at, format, args...)
+func (in *Input) denyHostPath(v corev1.Volume, at, format string, args ...any) []Finding {
+	if in.scope != scopeNewEphemeral || slices.ContainsFunc(in.containers, func(c containerRef) bool { return mounts(c.c, v.Name) }) {
+		return []Finding{podFinding(RuleSensitiveHostPath, effectDeny, at, format, args...)}
 	}
+	return nil
 }
 
 // checkWriteProtected denies each container that mounts host path volume v,
 // at clean path p, other than readOnly where p is at, below or above one of
 // the policy's writeProtectedHostPaths.
-func (ev *evaluation) checkWriteProtected(v corev1.Volume, p, at string) {
-	w := ev.e.writeProtectedRelation(p)
+func (in *Input) checkWriteProtected(v corev1.Volume, p, at string) []Finding {
+	w := in.e.writeProtectedRelation(p)
 	if w == "" {
-		return
+		return nil
 	}
-	for k := range ev.containers {
-		c := &ev.containers[k]
+	var out []Finding
+	for k := range in.containers {
+		c := &in.containers[k]
 		if mountsWritable(c.c, v.Name) {
-			ev.report(RuleSensitiveHostPath, effectDeny, c, at,
+			out = append(out, containerFinding(RuleSensitiveHostPath, effectDeny, c, at,
 				"mounts %s read-write, which is, holds or lies in the system directory %s, whose files the node runs, loads or trusts as root; "+
-					"mount it readOnly, or use a data directory (writableHostPaths)", quote(v.HostPath.Path), w)
+					"mount it readOnly, or use a data directory (writableHostPaths)", quote(v.HostPath.Path), w))
 		}
 	}
+	return out
 }
 
 // writeProtectedRelation finds the first write-protected path p is at,
@@ -203,9 +208,9 @@ func mounts(c *corev1.Container, volume string) bool {
 // parentProblems lists what container c lacks to mount a parent of a
 // sensitive path, with the groups gpuguard pins on a new pod taken as pinned
 // (pin-parent-groups); none means it may.
-func (ev *evaluation) parentProblems(c *containerRef, volume string) []string {
-	pod, sc := ev.pins.applied(ev.t.spec.SecurityContext, c)
-	return readOnlyParentProblems(ev.t.spec, c.c, volume, pod, sc, true)
+func (in *Input) parentProblems(c *containerRef, volume string) []string {
+	pod, sc := in.pinned().applied(in.t.spec.SecurityContext, c)
+	return readOnlyParentProblems(in.t.spec, c.c, volume, pod, sc, true)
 }
 
 // readOnlyParentProblems lists what container c of spec, under the pod's and
