@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -130,3 +131,5 @@ func ptr[T any](v T) *T { return &v }
 func mutating(obj runtime.Object) Request {
 	return Request{Operation: admissionv1.Create, Phase: Mutating, Object: obj}
 }
+
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
