@@ -133,3 +133,39 @@ func mutating(obj runtime.Object) Request {
 }
 
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+// hostPathPod is a pod with one host path volume "h" at path, mounted by
+// containers (their mounts of "h" added here, read-only where readOnly).
+func hostPathPod(path string, readOnly bool, containers ...corev1.Container) *corev1.Pod {
+	for i := range containers {
+		containers[i].VolumeMounts = append(containers[i].VolumeMounts, corev1.VolumeMount{Name: "h", MountPath: "/h", ReadOnly: readOnly})
+	}
+	p := podOf(containers...)
+	p.Spec.Volumes = []corev1.Volume{{Name: "e"}, {Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}}}
+	return p
+}
+
+// hostPathClass runs one class of sensitive-hostpath on the host path
+// volume "h" of the request, as checkSensitiveHostPaths would.
+func hostPathClass(class func(*Input, hostPathVolume) []Finding) func(*Input) []Finding {
+	return func(in *Input) []Finding {
+		for i := range in.t.spec.Volumes {
+			if v := &in.t.spec.Volumes[i]; v.Name == "h" {
+				return class(in, hostPathVolume{volume: v, path: cleanAbsolute(v.HostPath.Path),
+					at: in.t.specPath.Child("volumes").Index(i).Child("hostPath", "path").String()})
+			}
+		}
+		return nil
+	}
+}
+
+// unprivileged is a security context that meets every read-only-parent
+// condition but the groups.
+func unprivileged() *corev1.SecurityContext {
+	return &corev1.SecurityContext{RunAsUser: ptr(int64(1000)), AllowPrivilegeEscalation: ptr(false),
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+}
+
+func ephemeral(name string) corev1.EphemeralContainer {
+	return corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: name}}
+}
