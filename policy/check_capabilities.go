@@ -26,23 +26,23 @@ import (
 // A privileged container is left to the rule privileged, unless that rule is only
 // a warning and this one denies: then SYS_ADMIN denies it here, as it would
 // without privileged.
-func checkCapabilities(ev *evaluation, c *containerRef) {
+func checkCapabilities(in *Input, c *containerRef) []Finding {
 	sc := c.c.SecurityContext
 	if sc == nil || sc.Capabilities == nil {
-		return
+		return nil
 	}
-	advisories := ev.e.policy.Spec.Advisories
+	advisories := in.e.policy.Spec.Advisories
 	if sc.Privileged != nil && *sc.Privileged && !CapabilitiesJudgePrivileged(advisories.Privileged, advisories.Capabilities) {
-		return
+		return nil
 	}
 	for i, capability := range sc.Capabilities.Add {
 		if grantsDevices(capability) {
-			ev.report(RuleCapabilities, severityEffect(ev.e.policy.Spec.Advisories.Capabilities), c,
+			return []Finding{containerFinding(RuleCapabilities, severityEffect(advisories.Capabilities), c,
 				c.path().Child("securityContext", "capabilities", "add").Index(i).String(),
-				"adds %s, which the NVIDIA runtime treats as privileged; drop it or exempt its service account", capability)
-			return
+				"adds %s, which the NVIDIA runtime treats as privileged; drop it or exempt its service account", capability)}
 		}
 	}
+	return nil
 }
 
 // devicesCapabilities are the capabilities that grant every device.

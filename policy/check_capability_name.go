@@ -19,20 +19,20 @@ import (
 // ASCII makes both paths read the same names. Dropped names need no rule:
 // a name the checks do not recognise in drop only makes them stricter.
 // Default action: deny, whatever the action.
-func checkCapabilityName(ev *evaluation, c *containerRef) {
+func checkCapabilityName(_ *Input, c *containerRef) []Finding {
 	sc := c.c.SecurityContext
 	if sc == nil || sc.Capabilities == nil {
-		return
+		return nil
 	}
 	for i, a := range sc.Capabilities.Add {
 		if !plainCapabilityName.MatchString(string(a)) {
-			ev.report(RuleCapabilityName, effectDeny, c,
+			return []Finding{containerFinding(RuleCapabilityName, effectDeny, c,
 				c.path().Child("securityContext", "capabilities", "add").Index(i).String(),
 				"adds %q, a capability name with characters outside ASCII letters, digits and _: the runtime folds its case with Unicode rules, "+
-					"the API server with ASCII ones, so the two would read different capabilities; write it in plain ASCII", string(a))
-			return
+					"the API server with ASCII ones, so the two would read different capabilities; write it in plain ASCII", string(a))}
 		}
 	}
+	return nil
 }
 
 // plainCapabilityNamePattern is the one text of the engine's and the CEL's

@@ -27,23 +27,25 @@ import (
 // the source of each. On an UPDATE of a pod or of its status only keys it adds or
 // changes count: the NRI plugins and the kubelet read them again when a sandbox is
 // recreated. Default action: deny, whatever the action.
-func checkDeviceAnnotations(ev *evaluation) {
-	for _, key := range ev.judgedAnnotations() {
-		if !ev.e.deniedAnnotation(key) {
+func checkDeviceAnnotations(in *Input) []Finding {
+	var out []Finding
+	for _, key := range in.judgedAnnotations() {
+		if !in.e.deniedAnnotation(key) {
 			continue
 		}
-		ev.report(RuleDeviceAnnotation, effectDeny, nil, ev.t.metaPath.Child("annotations").Key(key).String(),
-			"requests devices outside GPU accounting; remove it")
+		out = append(out, podFinding(RuleDeviceAnnotation, effectDeny, in.t.metaPath.Child("annotations").Key(key).String(),
+			"requests devices outside GPU accounting; remove it"))
 	}
+	return out
 }
 
 // judgedAnnotations lists, sorted, the annotation keys a request puts up for
 // judgement: all of them, or on an update those it adds or changes.
-func (ev *evaluation) judgedAnnotations() []string {
-	a := ev.t.meta.Annotations
+func (in *Input) judgedAnnotations() []string {
+	a := in.t.meta.Annotations
 	keys := make([]string, 0, len(a))
 	for _, key := range slices.Sorted(maps.Keys(a)) {
-		if old, ok := ev.oldAnnotations[key]; ok && old == a[key] && ev.scope == scopeAddedAnnotations {
+		if old, ok := in.oldAnnotations[key]; ok && old == a[key] && in.scope == scopeAddedAnnotations {
 			continue
 		}
 		keys = append(keys, key)

@@ -21,22 +21,20 @@ import (
 //
 // Every entry counts, not only the last one, which wins at run time. Entries set
 // through valueFrom are judged by env-value-from. Default action: deny (or strip).
-func checkDeviceEnv(ev *evaluation, c *containerRef) {
+func checkDeviceEnv(in *Input, c *containerRef) []Finding {
+	var out []Finding
 	for i := range c.c.Env {
 		v := &c.c.Env[i]
-		if v.ValueFrom != nil || !ev.e.isDeviceVar(v.Name) {
+		if v.ValueFrom != nil || !in.e.isDeviceVar(v.Name) {
 			continue
 		}
 		if problem := deviceEnvProblem(c.gpu, v.Name, v.Value); problem != "" {
-			ev.reportEnv(RuleDeviceEnv, c, i, "%s", problem)
-		} else if v.Value == "none" && ev.mutable {
-			ed := ev.editsFor(c)
-			if ed.replace == nil {
-				ed.replace = map[int]string{}
-			}
-			ed.replace[i] = voidValue
+			out = append(out, envFinding(RuleDeviceEnv, c, i, "%s", problem))
+		} else if v.Value == "none" && in.mutable {
+			out = append(out, editOf(RuleDeviceEnv, c, edit{kind: editVoidValue, index: i}))
 		}
 	}
+	return out
 }
 
 // voidValue makes the NVIDIA runtime behave like runc: no devices, no driver.

@@ -19,17 +19,19 @@ import (
 // /run/nvidia-container-devices). The toolkit matches these as plain string
 // prefixes, so /var/run/nvidia-container-devicesall asks for "all". Only the device
 // plugin may put mounts there. Default action: deny, in every mode of action.
-func checkDeviceListMounts(ev *evaluation, c *containerRef) {
+func checkDeviceListMounts(in *Input, c *containerRef) []Finding {
+	var out []Finding
 	for i, m := range c.c.VolumeMounts {
 		mp := cleanAbsolute(m.MountPath)
-		for _, root := range ev.e.policy.Spec.DeviceListMountRoots {
+		for _, root := range in.e.policy.Spec.DeviceListMountRoots {
 			if strings.HasPrefix(mp, root) {
-				ev.report(RuleDeviceListMount, effectDeny, c, c.path().Child("volumeMounts").Index(i).Child("mountPath").String(),
-					"is where the NVIDIA runtime reads device requests; mount elsewhere")
+				out = append(out, containerFinding(RuleDeviceListMount, effectDeny, c, c.path().Child("volumeMounts").Index(i).Child("mountPath").String(),
+					"is where the NVIDIA runtime reads device requests; mount elsewhere"))
 				break
 			}
 		}
 	}
+	return out
 }
 
 // cleanAbsolute cleans a path the way the runtime sees it: rooted, without dot

@@ -14,22 +14,24 @@ import "strings"
 // video, ngx and compat32 besides compute and utility): more of the driver's
 // surface than a compute workload needs. Containers without GPUs may not set
 // the variable at all (protected-env). Effect: warn.
-func checkDriverCapabilitiesAll(ev *evaluation, c *containerRef) {
-	if !ev.gpuFeatures(c) {
-		return
+func checkDriverCapabilitiesAll(in *Input, c *containerRef) []Finding {
+	if !in.gpuFeatures(c) {
+		return nil
 	}
+	var out []Finding
 	for i, v := range c.c.Env {
 		if v.Name != "NVIDIA_DRIVER_CAPABILITIES" || v.ValueFrom != nil {
 			continue
 		}
 		for capability := range strings.SplitSeq(v.Value, ",") {
 			if strings.TrimSpace(capability) == "all" {
-				ev.report(RuleDriverCapabilitiesAll, effectWarn, c, c.path().Child("env").Index(i).String(),
-					"asks for all driver capabilities; list only those it needs")
+				out = append(out, containerFinding(RuleDriverCapabilitiesAll, effectWarn, c, c.path().Child("env").Index(i).String(),
+					"asks for all driver capabilities; list only those it needs"))
 				break
 			}
 		}
 	}
+	return out
 }
 
 // RuleDriverCapabilitiesAll is the rule of checkDriverCapabilitiesAll.

@@ -18,15 +18,17 @@ import (
 // exception, with spec.integrations.kaiScheduler.fractions on, is the entry KAI
 // Scheduler's admission gives a fraction container (kai.go), whose ConfigMap only
 // KAI's binder may write.
-func checkEnvValueFrom(ev *evaluation, c *containerRef) {
+func checkEnvValueFrom(in *Input, c *containerRef) []Finding {
+	var out []Finding
 	for i := range c.c.Env {
 		v := &c.c.Env[i]
-		if v.ValueFrom == nil || !ev.e.isProtectedName(v.Name) || ev.kaiFractionRef(c, v) {
+		if v.ValueFrom == nil || !in.e.isProtectedName(v.Name) || in.kaiFractionRef(c, v) {
 			continue
 		}
-		ev.reportEnv(RuleEnvValueFrom, c, i,
-			"sets %s by valueFrom, unknown at admission; use a literal value or remove it", v.Name)
+		out = append(out, envFinding(RuleEnvValueFrom, c, i,
+			"sets %s by valueFrom, unknown at admission; use a literal value or remove it", v.Name))
 	}
+	return out
 }
 
 // isProtectedName reports whether name is a device variable or a protected variable.

@@ -15,19 +15,21 @@ import (
 // variable or protected variable starts with. With prefix NV, a ConfigMap key
 // IDIA_VISIBLE_DEVICES becomes NVIDIA_VISIBLE_DEVICES. Default action: deny; strip
 // mode does not remove envFrom entries, which carry other variables too.
-func checkEnvFromPrefix(ev *evaluation, c *containerRef) {
+func checkEnvFromPrefix(in *Input, c *containerRef) []Finding {
+	var out []Finding
 	for i, src := range c.c.EnvFrom {
 		if src.Prefix == "" {
 			continue
 		}
-		for _, name := range ev.e.protectedNames {
+		for _, name := range in.e.protectedNames {
 			if strings.HasPrefix(name, src.Prefix) {
-				ev.report(RuleEnvFromPrefix, effectDeny, c, c.path().Child("envFrom").Index(i).Child("prefix").String(),
-					"prefix %s can form %s; use one no NVIDIA variable starts with", quote(src.Prefix), name)
+				out = append(out, containerFinding(RuleEnvFromPrefix, effectDeny, c, c.path().Child("envFrom").Index(i).Child("prefix").String(),
+					"prefix %s can form %s; use one no NVIDIA variable starts with", quote(src.Prefix), name))
 				break
 			}
 		}
 	}
+	return out
 }
 
 // RuleEnvFromPrefix is the rule of checkEnvFromPrefix.

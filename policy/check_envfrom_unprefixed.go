@@ -27,13 +27,14 @@ import (
 //
 // A ConfigMap can change after admission: the node agent's volume-mounts or CDI
 // allocation, which env cannot override, is the real fix.
-func checkEnvFromUnprefixed(ev *evaluation, c *containerRef) {
-	gpu := ev.gpuFeatures(c)
-	if !gpu && ev.e.policy.Spec.InjectVoid {
-		return
+func checkEnvFromUnprefixed(in *Input, c *containerRef) []Finding {
+	gpu := in.gpuFeatures(c)
+	if !gpu && in.e.policy.Spec.InjectVoid {
+		return nil
 	}
-	treatment := ev.e.policy.Spec.Env.UnprefixedEnvFromOnGPU
-	kaiOwn := ev.kaiEnvVarConfigMap(c)
+	treatment := in.e.policy.Spec.Env.UnprefixedEnvFromOnGPU
+	kaiOwn := in.kaiEnvVarConfigMap(c)
+	var out []Finding
 	for i, src := range c.c.EnvFrom {
 		if src.Prefix != "" || (kaiOwn != "" && src.ConfigMapRef != nil && src.ConfigMapRef.Name == kaiOwn) {
 			continue
@@ -41,48 +42,49 @@ func checkEnvFromUnprefixed(ev *evaluation, c *containerRef) {
 		path := c.path().Child("envFrom").Index(i).String()
 		switch {
 		case treatment == config.EnvFromDeny:
-			ev.report(RuleEnvFromUnprefixed, effectDeny, c, path,
-				"no prefix, so its keys could set NVIDIA variables; set a prefix")
+			out = append(out, containerFinding(RuleEnvFromUnprefixed, effectDeny, c, path,
+				"no prefix, so its keys could set NVIDIA variables; set a prefix"))
 		case treatment == config.EnvFromWarn:
-			ev.report(RuleEnvFromUnprefixed, effectWarn, c, path,
-				"no prefix; keep NVIDIA_ keys out of its source")
+			out = append(out, containerFinding(RuleEnvFromUnprefixed, effectWarn, c, path,
+				"no prefix; keep NVIDIA_ keys out of its source"))
 		case src.SecretRef != nil:
-			ev.report(RuleEnvFromUnprefixed, effectWarn, c, path,
-				"Secret %s is not checked; keep NVIDIA_ keys out of it", quote(src.SecretRef.Name))
+			out = append(out, containerFinding(RuleEnvFromUnprefixed, effectWarn, c, path,
+				"Secret %s is not checked; keep NVIDIA_ keys out of it", quote(src.SecretRef.Name)))
 		case src.ConfigMapRef != nil:
-			ev.inspectConfigMap(c, gpu, path, src.ConfigMapRef.Name)
+			out = append(out, in.inspectConfigMap(c, gpu, path, src.ConfigMapRef.Name)...)
 		}
 	}
+	return out
 }
 
 // inspectConfigMap judges the keys of a ConfigMap poured into container c,
 // as a GPU container where gpu is set.
-func (ev *evaluation) inspectConfigMap(c *containerRef, gpu bool, path, name string) {
+func (in *Input) inspectConfigMap(c *containerRef, gpu bool, path, name string) []Finding {
 	var data map[string]string
 	err := ErrConfigMapNotFound
-	if ev.req.ConfigMaps != nil {
-		data, err = ev.req.ConfigMaps.ConfigMapData(ev.ctx, ev.namespace, name)
+	if in.req.ConfigMaps != nil {
+		data, err = in.req.ConfigMaps.ConfigMapData(in.ctx, in.namespace, name)
 	}
 	switch {
 	case errors.Is(err, ErrConfigMapNotFound):
-		ev.report(RuleEnvFromUnprefixed, effectWarn, c, path,
-			"ConfigMap %s not found; create it first or set a prefix", quote(name))
-		return
+		return []Finding{containerFinding(RuleEnvFromUnprefixed, effectWarn, c, path,
+			"ConfigMap %s not found; create it first or set a prefix", quote(name))}
 	case err != nil:
-		ev.report(RuleEnvFromUnprefixed, effectWarn, c, path,
-			"ConfigMap %s could not be read (%v); set a prefix or retry", quote(name), err)
-		return
+		return []Finding{containerFinding(RuleEnvFromUnprefixed, effectWarn, c, path,
+			"ConfigMap %s could not be read (%v); set a prefix or retry", quote(name), err)}
 	}
+	var out []Finding
 	for _, key := range slices.Sorted(maps.Keys(data)) {
-		problem := ev.e.protectedEnvProblem(gpu, key, data[key])
-		if ev.e.isDeviceVar(key) {
+		problem := in.e.protectedEnvProblem(gpu, key, data[key])
+		if in.e.isDeviceVar(key) {
 			problem = deviceEnvProblem(gpu, key, data[key])
 		}
 		if problem != "" {
-			ev.report(RuleEnvFromUnprefixed, effectDeny, c, path+".configMapRef",
-				"through ConfigMap %s, %s", quote(name), problem)
+			out = append(out, containerFinding(RuleEnvFromUnprefixed, effectDeny, c, path+".configMapRef",
+				"through ConfigMap %s, %s", quote(name), problem))
 		}
 	}
+	return out
 }
 
 // RuleEnvFromUnprefixed is the rule of checkEnvFromUnprefixed.

@@ -17,22 +17,24 @@ import (
 // judging the final object is what makes the guarantee hold whatever happened in
 // between. Default action: deny. Mirror pods, which gpuguard never mutates, get a
 // warning instead.
-func checkFinalState(ev *evaluation, c *containerRef) {
+func checkFinalState(in *Input, c *containerRef) []Finding {
 	// A pod as it will be stored: the validating phase sees it after every
 	// mutation.
-	if !ev.t.isPod || ev.phase != Validating || c.gpu || !ev.e.policy.Spec.InjectVoid {
-		return
+	if !in.t.isPod || in.phase != Validating || c.gpu || !in.e.policy.Spec.InjectVoid {
+		return nil
 	}
 	eff := effectDeny
-	if isMirrorPod(ev.t.meta) {
+	if isMirrorPod(in.t.meta) {
 		eff = effectWarn
 	}
-	for _, name := range ev.e.deviceVars {
-		if !ev.effectivelyVoid(c, name) {
-			ev.report(RuleFinalState, eff, c, c.path().Child("env").String(),
-				"no GPU limit and no %s=void (gpuguard's mutation did not run); add it or retry", name)
+	var out []Finding
+	for _, name := range in.e.deviceVars {
+		if !in.effectivelyVoid(c, name) {
+			out = append(out, containerFinding(RuleFinalState, eff, c, c.path().Child("env").String(),
+				"no GPU limit and no %s=void (gpuguard's mutation did not run); add it or retry", name))
 		}
 	}
+	return out
 }
 
 // RuleFinalState is the rule of checkFinalState.

@@ -3,8 +3,6 @@ package policy
 import (
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/gpuguard/gpuguard/policy/celexpr"
 )
 
@@ -27,46 +25,45 @@ import (
 // toolkit counts as privileged (toolkitPrivileged) still gets void: the
 // node's refusal of env device requests, which the profile relies on, does
 // not hold for it.
-func injectVoid(ev *evaluation, c *containerRef) {
-	if c.gpu || !(ev.e.policy.Spec.InjectVoid || toolkitPrivileged(c.c)) {
-		return
+func injectVoid(in *Input, c *containerRef) []Finding {
+	if c.gpu || !(in.e.policy.Spec.InjectVoid || toolkitPrivileged(c.c)) {
+		return nil
 	}
 	// A template is never patched; its pods will be: say which containers
 	// of them will get void (Result.TemplateVoid, which check prints).
-	if ev.scope == scopeTemplate {
-		if !ev.effectivelyVoid(c, visibleDevices) {
-			ev.templateVoid = append(ev.templateVoid, c.c.Name)
+	if in.scope == scopeTemplate {
+		if !in.effectivelyVoid(c, visibleDevices) {
+			return []Finding{editOf(RuleInjectVoid, c, edit{kind: editTemplateVoid})}
 		}
-		return
+		return nil
 	}
 	// Only pods are patched, in the mutating phase.
-	if !ev.t.isPod || !ev.mutable {
-		return
+	if !in.t.isPod || !in.mutable {
+		return nil
 	}
-	for _, name := range ev.e.deviceVars {
-		if !ev.effectivelyVoid(c, name) {
-			ed := ev.editsFor(c)
-			ed.add = append(ed.add, corev1.EnvVar{Name: name, Value: voidValue})
+	var out []Finding
+	for _, name := range in.e.deviceVars {
+		if !in.effectivelyVoid(c, name) {
+			out = append(out, editOf(RuleInjectVoid, c, edit{kind: editAppendVoid, name: name}))
 		}
 	}
+	return out
 }
 
-// effectivelyVoid reports whether the last env entry for name, after planned edits,
-// is a literal "void" or "", or KAI's fraction entry where the policy accepts
-// it (kai.go). An unset variable is not void.
-func (ev *evaluation) effectivelyVoid(c *containerRef, name string) bool {
-	ed := ev.edits[c.pos]
+// effectivelyVoid reports whether the last env entry for name, after the
+// edits planned so far (strips, rewrites of "none"), is a literal "void" or
+// "", or KAI's fraction entry where the policy accepts it (kai.go). An unset
+// variable is not void.
+func (in *Input) effectivelyVoid(c *containerRef, name string) bool {
 	for i := len(c.c.Env) - 1; i >= 0; i-- {
 		v := &c.c.Env[i]
-		if v.Name != name || (ed != nil && ev.removed(c, i)) {
+		if v.Name != name || in.removed(c, i) {
 			continue
 		}
-		if ed != nil {
-			if replacement, ok := ed.replace[i]; ok {
-				return replacement == voidValue
-			}
+		if replacement, ok := in.replacement(c, i); ok {
+			return replacement == voidValue
 		}
-		return (v.ValueFrom == nil && (v.Value == voidValue || v.Value == "")) || ev.kaiFractionRef(c, v)
+		return (v.ValueFrom == nil && (v.Value == voidValue || v.Value == "")) || in.kaiFractionRef(c, v)
 	}
 	return false
 }

@@ -21,24 +21,26 @@ import (
 // injectors name their annotations so (devices.example.com/container.NAME), and a
 // list of them can never be complete. Default: warn, so that an unknown injector
 // is at least visible; deny its prefix in annotations.deniedPrefixes, or ignore it.
-func checkInjectorAnnotations(ev *evaluation) {
-	a := &ev.e.policy.Spec.Annotations
+func checkInjectorAnnotations(in *Input) []Finding {
+	a := &in.e.policy.Spec.Annotations
 	if len(a.SuspectDomainLabels) == 0 {
-		return
+		return nil
 	}
-	for _, key := range ev.judgedAnnotations() {
-		if ev.e.deniedAnnotation(key) || slices.ContainsFunc(a.IgnoredPrefixes, func(p string) bool { return strings.HasPrefix(key, p) }) {
+	var out []Finding
+	for _, key := range in.judgedAnnotations() {
+		if in.e.deniedAnnotation(key) || slices.ContainsFunc(a.IgnoredPrefixes, func(p string) bool { return strings.HasPrefix(key, p) }) {
 			continue
 		}
 		// KAI's gpu-fraction-num-devices is known, where the policy knows KAI.
-		if ev.e.policy.Spec.Integrations.KAIScheduler.Fractions && slices.Contains(kaiAnnotations, key) {
+		if in.e.policy.Spec.Integrations.KAIScheduler.Fractions && slices.Contains(kaiAnnotations, key) {
 			continue
 		}
 		if suspect(key, a.SuspectDomainLabels) {
-			ev.report(RuleInjectorAnnotation, effectWarn, nil, ev.t.metaPath.Child("annotations").Key(key).String(),
-				"looks like an unlisted device injector's annotation; deny or ignore it in the policy")
+			out = append(out, podFinding(RuleInjectorAnnotation, effectWarn, in.t.metaPath.Child("annotations").Key(key).String(),
+				"looks like an unlisted device injector's annotation; deny or ignore it in the policy"))
 		}
 	}
+	return out
 }
 
 // suspect reports whether a label of a key's domain is one of labels.

@@ -25,20 +25,22 @@ var kaiAnnotations = []string{KAIFractionAnnotation, KAIMemoryAnnotation, KAIDev
 // accepts as many unallocated GPUs as the fraction spans, so raising
 // gpu-fraction-num-devices later would hide a leak from it. Default action:
 // deny, whatever the action.
-func checkKAIAnnotations(ev *evaluation) {
-	k := &ev.e.policy.Spec.Integrations.KAIScheduler
-	if !k.Fractions || slices.Contains(k.BinderServiceAccounts, ev.req.UserInfo.Username) {
-		return
+func checkKAIAnnotations(in *Input) []Finding {
+	k := &in.e.policy.Spec.Integrations.KAIScheduler
+	if !k.Fractions || slices.Contains(k.BinderServiceAccounts, in.req.UserInfo.Username) {
+		return nil
 	}
+	var out []Finding
 	for _, key := range kaiAnnotations {
-		now, inNow := ev.t.meta.Annotations[key]
-		before, inBefore := ev.oldAnnotations[key]
+		now, inNow := in.t.meta.Annotations[key]
+		before, inBefore := in.oldAnnotations[key]
 		if inNow == inBefore && now == before {
 			continue
 		}
-		ev.report(RuleKAIAnnotations, effectDeny, nil, ev.t.metaPath.Child("annotations").Key(key).String(),
-			"KAI Scheduler's fraction annotations are fixed once the pod exists; create a new pod instead")
+		out = append(out, podFinding(RuleKAIAnnotations, effectDeny, in.t.metaPath.Child("annotations").Key(key).String(),
+			"KAI Scheduler's fraction annotations are fixed once the pod exists; create a new pod instead"))
 	}
+	return out
 }
 
 // RuleKAIAnnotations is the rule of checkKAIAnnotations.

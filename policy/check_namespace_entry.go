@@ -38,44 +38,46 @@ import (
 // A process namespace shared by the whole pod (shareProcessNamespace) is
 // judged by sensitive-hostpath on each container that mounts such a path.
 // Default action: deny, whatever the action.
-func checkNamespaceEntry(ev *evaluation) {
-	spec := ev.t.spec
-	for k := range ev.containers {
-		c := &ev.containers[k]
+func checkNamespaceEntry(in *Input) []Finding {
+	spec := in.t.spec
+	var out []Finding
+	for k := range in.containers {
+		c := &in.containers[k]
 		if spec.HostPID {
-			if missing := ev.entryProblems(c, false); len(missing) > 0 {
-				ev.report(RuleNamespaceEntry, effectDeny, c, ev.t.specPath.Child("hostPID").String(),
+			if missing := in.entryProblems(c, false); len(missing) > 0 {
+				out = append(out, containerFinding(RuleNamespaceEntry, effectDeny, c, in.t.specPath.Child("hostPID").String(),
 					"shares the node's process namespace (hostPID) without %s; as root it enters the host's filesystem and its runtime's socket through /proc/1/root",
-					strings.Join(missing, ", "))
+					strings.Join(missing, ", ")))
 			}
 		}
 		if c.kind != ephemeralContainer {
 			continue
 		}
 		target := spec.EphemeralContainers[c.index].TargetContainerName
-		if what := ev.guardedMountOf(target); what != "" {
-			if missing := ev.entryProblems(c, true); len(missing) > 0 {
-				ev.report(RuleNamespaceEntry, effectDeny, c, c.path().Child("targetContainerName").String(),
+		if what := in.guardedMountOf(target); what != "" {
+			if missing := in.entryProblems(c, true); len(missing) > 0 {
+				out = append(out, containerFinding(RuleNamespaceEntry, effectDeny, c, c.path().Child("targetContainerName").String(),
 					"enters the process namespace of %s, which mounts %s, without %s; it would reach that mount through /proc/PID/root",
-					quote(target), what, strings.Join(missing, ", "))
+					quote(target), what, strings.Join(missing, ", ")))
 			}
 		}
 	}
+	return out
 }
 
 // entryProblems lists what container c lacks to share a process namespace
 // with what it must not enter: the read-only-parent conditions but the
 // mount's own, groups only where withGroups is set.
-func (ev *evaluation) entryProblems(c *containerRef, withGroups bool) []string {
-	pod, sc := ev.pins.applied(ev.t.spec.SecurityContext, c)
-	return readOnlyParentProblems(ev.t.spec, c.c, "", pod, sc, withGroups)
+func (in *Input) entryProblems(c *containerRef, withGroups bool) []string {
+	pod, sc := in.pinned().applied(in.t.spec.SecurityContext, c)
+	return readOnlyParentProblems(in.t.spec, c.c, "", pod, sc, withGroups)
 }
 
 // guardedMountOf describes the first host path that the pod's regular or
 // init container named target mounts and that needs the read-only-parent
 // conditions, or "".
-func (ev *evaluation) guardedMountOf(target string) string {
-	spec := ev.t.spec
+func (in *Input) guardedMountOf(target string) string {
+	spec := in.t.spec
 	if target == "" {
 		return ""
 	}
@@ -93,7 +95,7 @@ func (ev *evaluation) guardedMountOf(target string) string {
 			continue
 		}
 		p := cleanAbsolute(v.HostPath.Path)
-		if s, below := ev.e.guardedRelation(p); s != "" && !below {
+		if s, below := in.e.guardedRelation(p); s != "" && !below {
 			return fmt.Sprintf("%s (reaching %s)", quote(v.HostPath.Path), s)
 		}
 	}

@@ -17,17 +17,17 @@ import (
 // should not ask for one of the policy's nvidiaRuntimeClasses (default nvidia,
 // nvidia-cdi, nvidia-legacy): in CDI-mode clusters only that runtime reads device
 // requests from the environment. Default: warn (advisories.nvidiaRuntimeClass).
-func checkNVIDIARuntimeClass(ev *evaluation) {
-	rc := ev.t.spec.RuntimeClassName
-	if rc == nil || !ev.e.runtimeClasses[*rc] {
-		return
+func checkNVIDIARuntimeClass(in *Input) []Finding {
+	rc := in.t.spec.RuntimeClassName
+	if rc == nil || !in.e.runtimeClasses[*rc] {
+		return nil
 	}
-	if slices.ContainsFunc(ev.containers, func(c containerRef) bool { return c.gpu }) {
-		return
+	if slices.ContainsFunc(in.containers, func(c containerRef) bool { return c.gpu }) {
+		return nil
 	}
-	ev.report(RuleNVIDIARuntimeClass, severityEffect(ev.e.policy.Spec.Advisories.NVIDIARuntimeClass), nil,
-		ev.t.specPath.Child("runtimeClassName").String(),
-		"%s without a GPU limit; remove it or request a GPU", quote(*rc))
+	return []Finding{podFinding(RuleNVIDIARuntimeClass, severityEffect(in.e.policy.Spec.Advisories.NVIDIARuntimeClass),
+		in.t.specPath.Child("runtimeClassName").String(),
+		"%s without a GPU limit; remove it or request a GPU", quote(*rc))}
 }
 
 func severityEffect(s config.Severity) effect {

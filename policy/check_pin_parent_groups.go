@@ -38,20 +38,21 @@ import (
 // holding 0, or an explicit Merge leaves the pod as it is, and
 // sensitive-hostpath denies it. Reapplying changes nothing. A template is
 // never patched: its pods will be, which a warning says (and check prints).
-func pinParentGroups(ev *evaluation) {
-	if ev.e.policy.Spec.SensitiveHostPathParents == config.ParentsDeny || (ev.t.isPod && !ev.mutable) {
-		return
+func pinParentGroups(in *Input) []Finding {
+	if in.e.policy.Spec.SensitiveHostPathParents == config.ParentsDeny || (in.t.isPod && !in.mutable) {
+		return nil
 	}
-	pins, ok := ev.planGroupPins()
+	pins, ok := in.planGroupPins()
 	if !ok || pins.empty() {
-		return
+		return nil
 	}
-	ev.pins = pins
-	if ev.scope == scopeTemplate {
-		for _, n := range pins.notes(ev.t.specPath, ev.containers, "its pods get") {
-			ev.report(RulePinParentGroups, effectWarn, nil, n.Path, "%s", n.Message)
+	out := []Finding{editOf(RulePinParentGroups, nil, edit{kind: editPinGroups, pins: pins})}
+	if in.scope == scopeTemplate {
+		for _, n := range pins.notes(in.t.specPath, in.containers, "its pods get") {
+			out = append(out, podFinding(RulePinParentGroups, effectWarn, n.Path, "%s", n.Message))
 		}
 	}
+	return out
 }
 
 // groupPins are the group settings gpuguard adds to a pod.
@@ -64,8 +65,8 @@ func (p groupPins) empty() bool { return !p.strict && len(p.group) == 0 }
 
 // planGroupPins finds what to pin; ok is false where the pod's parent
 // mounts cannot all be made safe by pinning, or it has none.
-func (ev *evaluation) planGroupPins() (pins groupPins, ok bool) {
-	spec := ev.t.spec
+func (in *Input) planGroupPins() (pins groupPins, ok bool) {
+	spec := in.t.spec
 	pod := spec.SecurityContext
 	if pod == nil {
 		pod = &corev1.PodSecurityContext{}
@@ -75,11 +76,11 @@ func (ev *evaluation) planGroupPins() (pins groupPins, ok bool) {
 		if v.HostPath == nil {
 			continue
 		}
-		if s, below := ev.e.guardedRelation(cleanAbsolute(v.HostPath.Path)); s == "" || below {
+		if s, below := in.e.guardedRelation(cleanAbsolute(v.HostPath.Path)); s == "" || below {
 			continue
 		}
-		for k := range ev.containers {
-			c := &ev.containers[k]
+		for k := range in.containers {
+			c := &in.containers[k]
 			if !mounts(c.c, v.Name) {
 				continue
 			}

@@ -16,14 +16,14 @@ import (
 // --profile=sysadmin). Default: deny (advisories.privileged); infrastructure that
 // needs it (the GPU Operator, device plugins) is exempted by namespace and service
 // account.
-func checkPrivileged(ev *evaluation, c *containerRef) {
+func checkPrivileged(in *Input, c *containerRef) []Finding {
 	sc := c.c.SecurityContext
 	if sc == nil || sc.Privileged == nil || !*sc.Privileged {
-		return
+		return nil
 	}
-	ev.report(RulePrivileged, severityEffect(ev.e.policy.Spec.Advisories.Privileged), c,
+	return []Finding{containerFinding(RulePrivileged, severityEffect(in.e.policy.Spec.Advisories.Privileged), c,
 		c.path().Child("securityContext", "privileged").String(),
-		"sees every GPU of the node; drop it or exempt its service account")
+		"sees every GPU of the node; drop it or exempt its service account")}
 }
 
 // looksForGPUTrigger is the trigger of every rule that judges a

@@ -25,16 +25,18 @@ import (
 //     utility, video, display, ngx, all).
 //
 // Default action: deny (or strip).
-func checkProtectedEnv(ev *evaluation, c *containerRef) {
+func checkProtectedEnv(in *Input, c *containerRef) []Finding {
+	var out []Finding
 	for i := range c.c.Env {
 		v := &c.c.Env[i]
 		if v.ValueFrom != nil {
 			continue
 		}
-		if problem := ev.e.protectedEnvProblem(ev.gpuFeatures(c), v.Name, v.Value); problem != "" {
-			ev.reportEnv(RuleProtectedEnv, c, i, "%s", problem)
+		if problem := in.e.protectedEnvProblem(in.gpuFeatures(c), v.Name, v.Value); problem != "" {
+			out = append(out, envFinding(RuleProtectedEnv, c, i, "%s", problem))
 		}
 	}
+	return out
 }
 
 // ProtectedEnvProblem judges one assignment of a protected variable as

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -49,88 +48,55 @@ import (
 // CAP_DAC_OVERRIDE lacks), and cannot regain either through a setuid or
 // file-capability binary. Default action: deny, whatever the action. On an
 // UPDATE adding ephemeral containers, their mounts are judged the same way.
-func checkSensitiveHostPaths(ev *evaluation) {
-	for i, v := range ev.t.spec.Volumes {
+//
+// Each host path volume falls in one class, judged in a file of its own:
+// links of /proc (check_sensitive_hostpath_proc_link.go), paths that expose
+// a sensitive path (…_exposed.go), parents and runtime state that need the
+// read-only-parent conditions (…_parent.go), and write-protected system
+// directories (…_write_protected.go).
+func checkSensitiveHostPaths(in *Input) []Finding {
+	var out []Finding
+	for i := range in.t.spec.Volumes {
+		v := &in.t.spec.Volumes[i]
 		if v.HostPath == nil {
 			continue
 		}
-		p := cleanAbsolute(v.HostPath.Path)
-		at := ev.t.specPath.Child("volumes").Index(i).Child("hostPath", "path").String()
-		if procHostLink.MatchString(p) {
-			ev.denyHostPath(v, at, "%s is a link of /proc that the runtime follows on the host, to the host's root or wherever a process's directory or file is; "+
-				"name the host path itself", quote(v.HostPath.Path))
+		hp := hostPathVolume{volume: v, path: cleanAbsolute(v.HostPath.Path),
+			at: in.t.specPath.Child("volumes").Index(i).Child("hostPath", "path").String()}
+		if procHostLink.MatchString(hp.path) {
+			out = append(out, procLinkHostPath(in, hp)...)
 			continue
 		}
-		s, below := ev.e.guardedRelation(p)
-		if s == "" {
-			ev.checkWriteProtected(v, p, at)
-			continue
-		}
-		if below || ev.e.policy.Spec.SensitiveHostPathParents == config.ParentsDeny {
-			ev.denyHostPath(v, at, "%s exposes %s; use a GPU resource instead", quote(v.HostPath.Path), s)
-			continue
-		}
-		for k := range ev.containers {
-			c := &ev.containers[k]
-			if !mounts(c.c, v.Name) {
-				continue
-			}
-			if missing := ev.parentProblems(c, v.Name); len(missing) > 0 {
-				ev.report(RuleSensitiveHostPath, effectDeny, c, at,
-					"mounts %s, which reaches %s, without %s; such a mount needs readOnly, a non-root user and group, "+
-						"allowPrivilegeEscalation: false, capabilities.drop [ALL] (adding back NET_BIND_SERVICE or SYS_TIME at most) and no privilege", quote(v.HostPath.Path), s, strings.Join(missing, ", "))
-			}
+		reach, below := in.e.guardedRelation(hp.path)
+		switch {
+		case reach == "":
+			out = append(out, writeProtectedHostPath(in, hp)...)
+		case below || in.e.policy.Spec.SensitiveHostPathParents == config.ParentsDeny:
+			out = append(out, exposedHostPath(in, hp, reach)...)
+		default:
+			out = append(out, parentHostPath(in, hp, reach)...)
 		}
 	}
+	return out
 }
 
-// procHostLinkPattern matches a host path through a per-process link of
-// /proc: a process's root, working directory, executable, open files and
-// mapped files, of any process (a PID, self, thread-self, or a task of one).
-// The kubelet passes a hostPath through as written; containerd resolves one
-// that ends in a link on the host before it bind-mounts it (WithMounts, with
-// the host's view of /proc), and the runtime looks up one through a link as
-// root on the host. So /proc/1/root is the host's root, and the others lead
-// wherever that process's directory or file is: no list of sensitive paths
-// can judge them. The same text is the CEL backstop's (RE2).
-const procHostLinkPattern = `^/proc/([0-9]+|self|thread-self)(/task/[0-9]+)?/(root|cwd|exe|fd|map_files)(/|$)`
+// hostPathVolume is a host path volume of the pod under judgement.
+type hostPathVolume struct {
+	volume *corev1.Volume
+	// path is the host path cleaned, as the runtime sees it.
+	path string
+	// at is the field path of the host path, for findings.
+	at string
+}
 
-var procHostLink = regexp.MustCompile(procHostLinkPattern)
-
-// denyHostPath denies host path volume v whatever the containers mounting
+// denyHostPath denies host path volume hp whatever the containers mounting
 // it; on an UPDATE adding ephemeral containers, only where one of them
 // mounts it.
-func (ev *evaluation) denyHostPath(v corev1.Volume, at, format string, args ...any) {
-	if ev.scope != scopeNewEphemeral || slices.ContainsFunc(ev.containers, func(c containerRef) bool { return mounts(c.c, v.Name) }) {
-		ev.report(RuleSensitiveHostPath, effectDeny, nil, at, format, args...)
+func (in *Input) denyHostPath(hp hostPathVolume, format string, args ...any) []Finding {
+	if in.scope != scopeNewEphemeral || slices.ContainsFunc(in.containers, func(c containerRef) bool { return mounts(c.c, hp.volume.Name) }) {
+		return []Finding{podFinding(RuleSensitiveHostPath, effectDeny, hp.at, format, args...)}
 	}
-}
-
-// checkWriteProtected denies each container that mounts host path volume v,
-// at clean path p, other than readOnly where p is at, below or above one of
-// the policy's writeProtectedHostPaths.
-func (ev *evaluation) checkWriteProtected(v corev1.Volume, p, at string) {
-	w := ev.e.writeProtectedRelation(p)
-	if w == "" {
-		return
-	}
-	for k := range ev.containers {
-		c := &ev.containers[k]
-		if mountsWritable(c.c, v.Name) {
-			ev.report(RuleSensitiveHostPath, effectDeny, c, at,
-				"mounts %s read-write, which is, holds or lies in the system directory %s, whose files the node runs, loads or trusts as root; "+
-					"mount it readOnly, or use a data directory (writableHostPaths)", quote(v.HostPath.Path), w)
-		}
-	}
-}
-
-// writeProtectedRelation finds the first write-protected path p is at,
-// below or above, or "" where there is none or a writable path holds p.
-func (e *Engine) writeProtectedRelation(p string) string {
-	if e.isWritable(p) {
-		return ""
-	}
-	return firstRelated(e.writeProtected, p)
+	return nil
 }
 
 // guardedRelation finds what a host path at clean path p reaches: the first
@@ -172,12 +138,6 @@ func firstRelated(aliased [][]string, p string) string {
 	return ""
 }
 
-// mountsWritable reports whether container c mounts the named volume other
-// than readOnly.
-func mountsWritable(c *corev1.Container, volume string) bool {
-	return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == volume && !m.ReadOnly })
-}
-
 // sensitiveRelation finds the first sensitive path p is related to: below
 // is true when p is at or below it, false when p is a strict parent of it.
 func (e *Engine) sensitiveRelation(p string) (sensitive string, below bool) {
@@ -198,119 +158,6 @@ func (e *Engine) sensitiveRelation(p string) (sensitive string, below bool) {
 // mounts reports whether container c mounts the named volume.
 func mounts(c *corev1.Container, volume string) bool {
 	return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == volume })
-}
-
-// parentProblems lists what container c lacks to mount a parent of a
-// sensitive path, with the groups gpuguard pins on a new pod taken as pinned
-// (pin-parent-groups); none means it may.
-func (ev *evaluation) parentProblems(c *containerRef, volume string) []string {
-	pod, sc := ev.pins.applied(ev.t.spec.SecurityContext, c)
-	return readOnlyParentProblems(ev.t.spec, c.c, volume, pod, sc, true)
-}
-
-// readOnlyParentProblems lists what container c of spec, under the pod's and
-// its own security contexts, lacks to mount a parent of a sensitive path; the
-// group conditions only where withGroups is set.
-func readOnlyParentProblems(spec *corev1.PodSpec, c *corev1.Container, volume string, pod *corev1.PodSecurityContext, sc *corev1.SecurityContext, withGroups bool) []string {
-	var missing []string
-	// A process namespace shared with the pod's other containers would let
-	// a root one among them take this container's user and groups and enter
-	// its mounts through /proc/PID/root.
-	if spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace {
-		missing = append(missing, "a process namespace of its own")
-	}
-	if mountsWritable(c, volume) {
-		missing = append(missing, "readOnly")
-	}
-	if sc == nil {
-		sc = &corev1.SecurityContext{}
-	}
-	if !runsAsNonRoot(pod, sc) {
-		missing = append(missing, "a non-root user")
-	}
-	if withGroups {
-		missing = append(missing, groupProblems(pod, sc)...)
-	}
-	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-		missing = append(missing, "allowPrivilegeEscalation: false")
-	}
-	if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
-		missing = append(missing, "capabilities.drop [ALL]")
-	}
-	if sc.Capabilities != nil && slices.ContainsFunc(sc.Capabilities.Add, func(a corev1.Capability) bool { return !harmlessCapability(a) }) {
-		missing = append(missing, "capabilities.add of NET_BIND_SERVICE or SYS_TIME only")
-	}
-	if sc.Privileged != nil && *sc.Privileged {
-		missing = append(missing, "privileged: false")
-	}
-	return missing
-}
-
-// harmlessCapabilities may be added back to a container that mounts a parent
-// of a sensitive path: neither reaches files, sockets or devices. Any other
-// could: an added capability stays in the process's permitted set, and a
-// file-capability binary in the image takes it up even under no_new_privs
-// (DAC_OVERRIDE would open the runtime's socket). kube-prometheus's node
-// exporter adds SYS_TIME.
-var harmlessCapabilities = []string{"NET_BIND_SERVICE", "SYS_TIME"}
-
-func harmlessCapability(c corev1.Capability) bool {
-	return slices.Contains(harmlessCapabilities, capabilityName(c))
-}
-
-// runsAsNonRoot: the container's user, or the pod's, is set above 0; or none
-// is set and runAsNonRoot (the container's, else the pod's) is true, which the
-// kubelet enforces against the image's user.
-func runsAsNonRoot(pod *corev1.PodSecurityContext, c *corev1.SecurityContext) bool {
-	uid, nonRoot := c.RunAsUser, c.RunAsNonRoot
-	if pod != nil {
-		if uid == nil {
-			uid = pod.RunAsUser
-		}
-		if nonRoot == nil {
-			nonRoot = pod.RunAsNonRoot
-		}
-	}
-	if uid != nil {
-		return *uid > 0
-	}
-	return nonRoot != nil && *nonRoot
-}
-
-// groupProblems lists what keeps a container's groups from being known to
-// exclude root's: CRI sockets are root:root 0660, so group 0 alone would
-// reach them. The primary group must be set above 0 (else it comes from the
-// image's /etc/passwd), fsGroup and supplementalGroups must not hold 0, and
-// supplementalGroupsPolicy must be Strict (else the image's /etc/group adds
-// groups the image's author chose).
-func groupProblems(pod *corev1.PodSecurityContext, c *corev1.SecurityContext) []string {
-	if pod == nil {
-		pod = &corev1.PodSecurityContext{}
-	}
-	var missing []string
-	if gid := effectiveID(pod.RunAsGroup, c.RunAsGroup); gid == nil || *gid <= 0 {
-		missing = append(missing, "runAsGroup above 0")
-	}
-	if rootInGroups(pod) {
-		missing = append(missing, "fsGroup and supplementalGroups above 0")
-	}
-	if pod.SupplementalGroupsPolicy == nil || *pod.SupplementalGroupsPolicy != corev1.SupplementalGroupsPolicyStrict {
-		missing = append(missing, "supplementalGroupsPolicy: Strict")
-	}
-	return missing
-}
-
-// effectiveID is the container's user or group ID if set, else the pod's.
-func effectiveID(pod, container *int64) *int64 {
-	if container != nil {
-		return container
-	}
-	return pod
-}
-
-// rootInGroups: the pod's fsGroup or supplementalGroups hold root's group.
-func rootInGroups(pod *corev1.PodSecurityContext) bool {
-	return (pod.FSGroup != nil && *pod.FSGroup <= 0) || slices.ContainsFunc(pod.SupplementalGroups, func(g int64) bool { return g <= 0 })
 }
 
 // hostLinks are directories that are links to others on the nodes gpuguard
@@ -417,21 +264,6 @@ func sensitiveHostPathCEL(in *CELInput) *CELCheck {
 			celexpr.Judgeable("v.hostPath.path"), below, celexpr.Or(mounting...), parent, celexpr.Or(unsafe...), writeProtectedCEL(in))}
 }
 
-// writeProtectedCEL: host path volume v is at, below or above one of the
-// policy's writeProtectedHostPaths (with /run and /var/run alike), and a
-// judged container mounts it other than read-only.
-func writeProtectedCEL(in *CELInput) string {
-	if len(in.Policy.Spec.WriteProtectedHostPaths) == 0 {
-		return "false"
-	}
-	related := relatedCEL(in.Policy.Spec.WriteProtectedHostPaths)
-	var writable []string
-	for _, l := range in.JudgedLists {
-		writable = append(writable, fmt.Sprintf(`%s.exists(c, %s && !(%s))`, l, mountsVolumeCEL, mountsReadOnlyCEL))
-	}
-	return "(" + related + " && !" + writableCEL(in) + " && (" + celexpr.Or(writable...) + "))"
-}
-
 // relatedCEL: host path volume v's clean path is at, below or above one of
 // paths, under any of their names; false for none.
 func relatedCEL(paths []string) string {
@@ -473,60 +305,8 @@ func related(a, b string) bool {
 	return a == b || a == "/" || b == "/" || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/")
 }
 
-// readOnlyParentCEL is readOnlyParentProblems finding nothing, over a
-// container c mounting volume v.
-func readOnlyParentCEL() string {
-	return strings.Join([]string{mountsReadOnlyCEL, unprivilegedCEL(), celIDOf("runAsGroup") + ` > 0`, podGroupsCEL(true)}, " && ")
-}
-
 // mountsVolumeCEL: container c mounts volume v.
 const mountsVolumeCEL = `has(c.volumeMounts) && c.volumeMounts.exists(m, m.name == v.name)`
-
-// mountsReadOnlyCEL: container c mounts volume v only read-only.
-const mountsReadOnlyCEL = `c.volumeMounts.all(m, m.name != v.name || (has(m.readOnly) && m.readOnly))`
-
-// unprivilegedCEL: container c runs as a non-root user, without privilege
-// escalation, capabilities or privilege, in a pod that shares no process
-// namespace among its containers.
-func unprivilegedCEL() string {
-	sc := containerHas
-	nonRootFlag := fmt.Sprintf(`(%s ? c.securityContext.runAsNonRoot : (%s && object.spec.securityContext.runAsNonRoot))`, sc("runAsNonRoot"), podHas("runAsNonRoot"))
-	return strings.Join([]string{
-		`!(has(object.spec.shareProcessNamespace) && object.spec.shareProcessNamespace)`,
-		fmt.Sprintf(`(%s ? %s > 0 : %s)`, celIDSet("runAsUser"), celIDOf("runAsUser"), nonRootFlag),
-		sc("allowPrivilegeEscalation") + ` && !c.securityContext.allowPrivilegeEscalation`,
-		sc("capabilities") + ` && has(c.securityContext.capabilities.drop) && "ALL" in c.securityContext.capabilities.drop`,
-		`!(has(c.securityContext.capabilities.add) && c.securityContext.capabilities.add.exists(a, !(a.upperAscii() in ` + capabilitiesCEL(harmlessCapabilities) + `)))`,
-		`!(` + sc("privileged") + ` && c.securityContext.privileged)`,
-	}, " && ")
-}
-
-// podGroupsCEL: the pod's fsGroup and supplementalGroups hold no 0 and,
-// where strict is set, its supplementalGroupsPolicy is Strict (else unset
-// or Strict).
-func podGroupsCEL(strict bool) string {
-	policy := podHas("supplementalGroupsPolicy") + ` && object.spec.securityContext.supplementalGroupsPolicy == "Strict"`
-	if !strict {
-		policy = `!(` + podHas("supplementalGroupsPolicy") + ` && object.spec.securityContext.supplementalGroupsPolicy != "Strict")`
-	}
-	return strings.Join([]string{
-		`!(` + podHas("fsGroup") + ` && object.spec.securityContext.fsGroup <= 0)`,
-		`!(` + podHas("supplementalGroups") + ` && object.spec.securityContext.supplementalGroups.exists(g, g <= 0))`,
-		policy,
-	}, " && ")
-}
-
-// celIDOf is container c's runAsUser or runAsGroup (field), else the pod's,
-// else -1.
-func celIDOf(field string) string {
-	return fmt.Sprintf(`(%[2]s ? c.securityContext.%[1]s : (%[3]s ? object.spec.securityContext.%[1]s : -1))`,
-		field, containerHas(field), podHas(field))
-}
-
-// celIDSet: container c's securityContext, or the pod's, sets field.
-func celIDSet(field string) string {
-	return fmt.Sprintf(`((%s) || %s)`, containerHas(field), podHas(field))
-}
 
 // containerHas: container c's securityContext sets field.
 func containerHas(field string) string {

@@ -29,28 +29,31 @@ import (
 // The CEL backstop cannot read Nodes: it judges such containers as GPU
 // containers (the declared gap), and the node agent's verifier reports what
 // they reach.
-func checkUnhonouredGPURequest(ev *evaluation) {
-	node := ev.t.spec.NodeName
-	if node == "" || ev.req.Nodes == nil || !slices.ContainsFunc(ev.containers, func(c containerRef) bool { return c.gpu }) {
-		return
+func checkUnhonouredGPURequest(in *Input) []Finding {
+	node := in.t.spec.NodeName
+	if node == "" || in.req.Nodes == nil || !slices.ContainsFunc(in.containers, func(c containerRef) bool { return c.gpu }) {
+		return nil
 	}
-	at := ev.t.specPath.Child("nodeName").String()
-	allocatable, err := ev.req.Nodes.NodeAllocatable(ev.ctx, node)
+	at := in.t.specPath.Child("nodeName").String()
+	allocatable, err := in.req.Nodes.NodeAllocatable(in.ctx, node)
 	if err != nil && !errors.Is(err, ErrNodeNotFound) {
-		ev.report(RuleUnhonouredGPURequest, effectDeny, nil, at,
-			"cannot tell whether node %s advertises the GPU resources the pod asks for: %v; retry", quote(node), err)
-		return
+		return []Finding{podFinding(RuleUnhonouredGPURequest, effectDeny, at,
+			"cannot tell whether node %s advertises the GPU resources the pod asks for: %v; retry", quote(node), err)}
 	}
-	for k := range ev.containers {
-		c := &ev.containers[k]
-		if !c.gpu || ev.e.advertisesAGPUOf(c.c, allocatable) {
+	var out []Finding
+	for k := range in.containers {
+		c := &in.containers[k]
+		if !c.gpu || in.e.advertisesAGPUOf(c.c, allocatable) {
 			continue
 		}
-		c.gpu = false
-		ev.report(RuleUnhonouredGPURequest, effectWarn, c, at,
+		// The engine judges the container as one without GPUs from here on.
+		f := containerFinding(RuleUnhonouredGPURequest, effectWarn, c, at,
 			"asks for GPU resources that node %s does not advertise: the kubelet drops such a request and allocates nothing, "+
 				"so it is judged as a container without GPUs (and gets NVIDIA_VISIBLE_DEVICES=void); let the scheduler place the pod", quote(node))
+		f.edit = edit{kind: editNoGPU}
+		out = append(out, f)
 	}
+	return out
 }
 
 // advertisesAGPUOf reports whether allocatable holds, above zero, one of

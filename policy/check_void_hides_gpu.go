@@ -17,11 +17,11 @@ import (
 // controller is warned about when its template is judged, before any of its
 // pods exists. Exempt pods are never judged, so never warned about;
 // nor is a request already denied.
-func checkVoidHidesGPU(ev *evaluation, c *containerRef) {
+func checkVoidHidesGPU(in *Input, c *containerRef) []Finding {
 	// Advice comes from the validating phase, after the injection: pods and
 	// templates alike.
-	if c.gpu || ev.phase != Validating || (!ev.t.isPod && ev.scope != scopeTemplate) {
-		return
+	if c.gpu || in.phase != Validating || (!in.t.isPod && in.scope != scopeTemplate) {
+		return nil
 	}
 	sc := c.c.SecurityContext
 	why := ""
@@ -31,14 +31,14 @@ func checkVoidHidesGPU(ev *evaluation, c *containerRef) {
 	case sc != nil && sc.Capabilities != nil && slices.ContainsFunc(sc.Capabilities.Add, grantsDevices):
 		why = "adds SYS_ADMIN"
 	default:
-		return
+		return nil
 	}
 	// A request already denied needs no word about what its pods would see.
-	if ev.kept[effectDeny] > 0 {
-		return
+	if in.denied() {
+		return nil
 	}
-	ev.report(RuleVoidHidesGPU, effectWarn, c, c.path().String(),
-		"will see no GPU: it is %s but has no GPU limit, so gpuguard sets NVIDIA_VISIBLE_DEVICES=void; if it needs GPUs, request one or exempt its service account", why)
+	return []Finding{containerFinding(RuleVoidHidesGPU, effectWarn, c, c.path().String(),
+		"will see no GPU: it is %s but has no GPU limit, so gpuguard sets NVIDIA_VISIBLE_DEVICES=void; if it needs GPUs, request one or exempt its service account", why)}
 }
 
 // RuleVoidHidesGPU is the rule of checkVoidHidesGPU.

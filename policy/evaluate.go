@@ -37,7 +37,8 @@ func (e *Engine) Evaluate(ctx context.Context, req *Request) Result {
 	if !ok || (t.object.DeletionTimestamp != nil && !t.isPod) {
 		return untouched
 	}
-	ev := &evaluation{ctx: ctx, e: e, req: req, t: t, phase: req.Phase, namespace: namespaceOf(req, t)}
+	ev := &evaluation{}
+	ev.Input = e.newInput(ctx, req, t, &ev.outcome)
 	exempt, waived := e.exemption(ev.namespace, req.UserInfo.Username, writtenByRequester(req, t), t.spec)
 	if exempt != "" && waived == nil {
 		untouched.Exempt = exempt
@@ -50,7 +51,7 @@ func (e *Engine) Evaluate(ctx context.Context, req *Request) Result {
 	}
 	ev.stripping = ev.mutable && mode == config.ModeEnforce && e.policy.Spec.Action == config.ActionStrip
 	if modeNote != "" {
-		ev.report(RuleNamespaceMode, effectWarn, nil, "metadata.labels["+wellknown.ModeLabel+"]", "%s", modeNote)
+		ev.record([]Finding{podFinding(RuleNamespaceMode, effectWarn, "metadata.labels["+wellknown.ModeLabel+"]", "%s", modeNote)})
 	}
 	ev.run()
 	r := ev.result(mode)
@@ -65,22 +66,22 @@ func (e *Engine) Evaluate(ctx context.Context, req *Request) Result {
 
 // plan decides what of the object this request puts up for judgement; false means
 // nothing.
-func (ev *evaluation) plan() bool {
-	req, t := ev.req, ev.t
+func (in *Input) plan() bool {
+	req, t := in.req, in.t
 	if t.isBinding {
 		// The API server copies a binding's annotations onto the pod before
 		// its sandbox exists: each is judged as if added to the pod.
-		if ev.phase != Validating || req.Operation != admissionv1.Create {
+		if in.phase != Validating || req.Operation != admissionv1.Create {
 			return false
 		}
-		ev.scope = scopeAddedAnnotations
+		in.scope = scopeAddedAnnotations
 		return true
 	}
 	if !t.isPod {
 		// Controllers are judged through their templates, and only in the validating
 		// phase: templates are not patched. On UPDATE only a changed template counts,
 		// so that scaling, finalizers and garbage collection of old objects go on.
-		if ev.phase != Validating {
+		if in.phase != Validating {
 			return false
 		}
 		switch req.Operation {
@@ -93,26 +94,26 @@ func (ev *evaluation) plan() bool {
 		default:
 			return false
 		}
-		ev.scope = scopeTemplate
-		ev.containers = ev.e.containersOf(t.spec, t.specPath)
+		in.scope = scopeTemplate
+		in.containers = in.e.containersOf(t.spec, t.specPath)
 		return true
 	}
 	// Mirror pods reflect static manifests on a node: judged, but never mutated.
-	ev.mutable = ev.phase == Mutating && !isMirrorPod(t.meta)
+	in.mutable = in.phase == Mutating && !isMirrorPod(t.meta)
 	switch {
 	case req.Operation == admissionv1.Create && req.SubResource == "":
-		ev.scope = scopePod
-		ev.containers = ev.e.containersOf(t.spec, t.specPath)
+		in.scope = scopePod
+		in.containers = in.e.containersOf(t.spec, t.specPath)
 	case req.Operation == admissionv1.Update && req.SubResource == SubresourceEphemeralContainers:
-		ev.scope = scopeNewEphemeral
-		ev.containers = ev.e.newEphemeralContainers(t.spec, t.specPath, oldEphemeralNames(req))
+		in.scope = scopeNewEphemeral
+		in.containers = in.e.newEphemeralContainers(t.spec, t.specPath, oldEphemeralNames(req))
 	case req.Operation == admissionv1.Update && (req.SubResource == "" || req.SubResource == SubresourceStatus):
 		// Pod env is immutable; what an update can add is annotations, which the NRI
 		// plugin and the kubelet read again when a sandbox is recreated. The status
 		// subresource can change them too.
-		ev.scope = scopeAddedAnnotations
+		in.scope = scopeAddedAnnotations
 		if old, ok := targetOf(req.OldObject); ok {
-			ev.oldAnnotations = old.meta.Annotations
+			in.oldAnnotations = old.meta.Annotations
 		}
 	default:
 		return false
@@ -135,14 +136,14 @@ const (
 func (ev *evaluation) run() {
 	for _, r := range registry {
 		if r.PodCheck != nil && r.runs(ev.scope) && !ev.waived[r.ID] {
-			r.PodCheck(ev)
+			ev.record(r.PodCheck(&ev.Input))
 		}
 	}
 	for i := range ev.containers {
 		c := &ev.containers[i]
 		for _, r := range registry {
 			if r.ContainerCheck != nil && !ev.waived[r.ID] {
-				r.ContainerCheck(ev, c)
+				ev.record(r.ContainerCheck(&ev.Input, c))
 			}
 		}
 	}

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -16,16 +15,8 @@ import (
 	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
-// effect is what a finding does before the mode is applied.
-type effect int
-
-const (
-	effectDeny effect = iota
-	effectWarn
-)
-
-// finding is one thing a check found.
-type finding struct {
+// reported is one finding as the engine keeps it: worded, with its path.
+type reported struct {
 	rule      RuleID
 	path      string
 	container string
@@ -59,24 +50,22 @@ type omittedKey struct {
 	stripped bool
 }
 
-// evaluation is the state of one Evaluate call.
+// evaluation is the state of one Evaluate call: the input the rules judge,
+// and what the engine makes of their findings.
 type evaluation struct {
-	ctx        context.Context
-	e          *Engine
-	req        *Request
-	t          target
-	namespace  string
-	phase      Phase
-	scope      scope
-	containers []containerRef
-	// oldAnnotations are the pod's annotations before an UPDATE (nil on CREATE).
-	oldAnnotations map[string]string
-	// mutable: this evaluation may patch the object (the mutating phase of a pod
-	// that is not a mirror pod).
-	mutable bool
+	Input
+	outcome
 	// stripping: strip mode removes offending env entries in this evaluation.
 	stripping bool
-	findings  []finding
+	// waived are the rules a service account exemption waives for this
+	// request: they do not run.
+	waived RuleSet
+}
+
+// outcome is what the engine has made of the findings so far. Rules read
+// it through Input; only the engine writes it.
+type outcome struct {
+	findings []reported
 	// kept counts the findings kept by effect, omitted those beyond.
 	kept    [2]int
 	omitted map[omittedKey]int
@@ -85,18 +74,50 @@ type evaluation struct {
 	templateVoid []string
 	// pins are the group settings planned by pin-parent-groups.
 	pins groupPins
-	// waived are the rules a service account exemption waives for this
-	// request: they do not run.
-	waived RuleSet
 }
 
-// report records a finding about a container, or about the pod when c is nil.
-func (ev *evaluation) report(rule RuleID, eff effect, c *containerRef, path, format string, args ...any) {
-	f := finding{rule: rule, effect: eff, path: path}
-	if c != nil {
-		f.container = c.c.Name
+// record takes the findings of one rule call, in order: it makes the edits
+// they ask for, and keeps or counts what they report.
+func (ev *evaluation) record(fs []Finding) {
+	for i := range fs {
+		f := &fs[i]
+		ev.apply(f)
+		switch {
+		case f.effect == effectNone:
+		case f.onEnv:
+			ev.keepEnv(f)
+		default:
+			r := reported{rule: f.rule, effect: f.effect, path: f.path}
+			if f.container != nil {
+				r.container = f.container.c.Name
+			}
+			ev.keep(r, func(r *reported) { r.message = f.Message() })
+		}
 	}
-	ev.keep(f, func(f *finding) { f.message = fmt.Sprintf(format, args...) })
+}
+
+// apply makes the edit a finding asks for.
+func (ev *evaluation) apply(f *Finding) {
+	c := f.container
+	switch f.edit.kind {
+	case editVoidValue:
+		ed := ev.editsFor(c)
+		if ed.replace == nil {
+			ed.replace = map[int]string{}
+		}
+		ed.replace[f.edit.index] = voidValue
+	case editAppendVoid:
+		ed := ev.editsFor(c)
+		ed.add = append(ed.add, corev1.EnvVar{Name: f.edit.name, Value: voidValue})
+	case editTemplateVoid:
+		ev.templateVoid = append(ev.templateVoid, c.c.Name)
+	case editNoGPU:
+		// The engine's own list of containers: rules after this one judge
+		// the container as one without GPU resources.
+		ev.containers[c.pos].gpu = false
+	case editPinGroups:
+		ev.pins = f.edit.pins
+	}
 }
 
 // keep records a finding in full while fewer than MaxFindings of its effect
@@ -104,7 +125,7 @@ func (ev *evaluation) report(rule RuleID, eff effect, c *containerRef, path, for
 // offending entries costs a count each, not a formatted message each, and its
 // denial, warnings and log lines stay bounded. The decision still counts
 // every one, and a denied object always lists a reason.
-func (ev *evaluation) keep(f finding, describe func(*finding)) {
+func (ev *evaluation) keep(f reported, describe func(*reported)) {
 	if ev.kept[f.effect] >= MaxFindings {
 		if ev.omitted == nil {
 			ev.omitted = map[omittedKey]int{}
@@ -117,10 +138,11 @@ func (ev *evaluation) keep(f finding, describe func(*finding)) {
 	ev.findings = append(ev.findings, f)
 }
 
-// reportEnv records a violation by env entry i of container c. In strip mode the
-// mutating phase removes the entry instead of denying.
-func (ev *evaluation) reportEnv(rule RuleID, c *containerRef, i int, format string, args ...any) {
-	f := finding{rule: rule, effect: effectDeny, container: c.c.Name}
+// keepEnv records a violation by an env entry. In strip mode the mutating
+// phase removes the entry instead of denying.
+func (ev *evaluation) keepEnv(fd *Finding) {
+	c, i := fd.container, fd.envIndex
+	f := reported{rule: fd.rule, effect: effectDeny, container: c.c.Name}
 	templateStrip := false
 	if !ev.t.isPod && ev.e.policy.Spec.Action == config.ActionStrip {
 		// Strip mode removes the entry from each pod the template makes: the
@@ -132,9 +154,9 @@ func (ev *evaluation) reportEnv(rule RuleID, c *containerRef, i int, format stri
 	if f.stripped {
 		ev.editsFor(c).remove[i] = true
 	}
-	ev.keep(f, func(f *finding) {
-		f.path = c.path().Child("env").Index(i).String()
-		f.message = fmt.Sprintf(format, args...)
+	ev.keep(f, func(f *reported) {
+		f.path = fd.Path()
+		f.message = fd.Message()
 		switch {
 		case templateStrip:
 			f.message = whatClause(f.message) + "; strip mode removes it from each pod"
@@ -159,12 +181,6 @@ func (ev *evaluation) editsFor(c *containerRef) *envEdits {
 		ev.edits[c.pos] = ed
 	}
 	return ed
-}
-
-// removed reports whether entry i of container c is planned for removal.
-func (ev *evaluation) removed(c *containerRef, i int) bool {
-	ed := ev.edits[c.pos]
-	return ed != nil && ed.remove[i]
 }
 
 // patch renders the planned edits as JSON Patch operations against the object as

@@ -78,8 +78,8 @@ func kaiFractionContainer(ann map[string]string, spec *corev1.PodSpec, scheduler
 
 // kaiFractionRef reports whether env entry v of container c is the one KAI's
 // admission gives c, with the integration on.
-func (ev *evaluation) kaiFractionRef(c *containerRef, v *corev1.EnvVar) bool {
-	k := &ev.e.policy.Spec.Integrations.KAIScheduler
+func (in *Input) kaiFractionRef(c *containerRef, v *corev1.EnvVar) bool {
+	k := &in.e.policy.Spec.Integrations.KAIScheduler
 	if !k.Fractions || v.Name != visibleDevices || v.ValueFrom == nil || v.ValueFrom.ConfigMapKeyRef == nil {
 		return false
 	}
@@ -87,7 +87,7 @@ func (ev *evaluation) kaiFractionRef(c *containerRef, v *corev1.EnvVar) bool {
 	if ref.Key != visibleDevices || (ref.Optional != nil && *ref.Optional) {
 		return false
 	}
-	want, ok := kaiConfigMapName(ev.t.meta.Annotations, ev.t.spec, c, k.SchedulerNames)
+	want, ok := kaiConfigMapName(in.t.meta.Annotations, in.t.spec, c, k.SchedulerNames)
 	return ok && ref.Name == want
 }
 
@@ -96,28 +96,28 @@ func (ev *evaluation) kaiFractionRef(c *containerRef, v *corev1.EnvVar) bool {
 // it has no GPU limit, yet it gets a GPU, so the rules about what a GPU
 // container may ask of the driver (protected variables, envFrom, driver
 // capabilities) judge it as a GPU container.
-func (ev *evaluation) kaiFraction(c *containerRef) bool {
-	if !ev.e.policy.Spec.Integrations.KAIScheduler.Fractions {
+func (in *Input) kaiFraction(c *containerRef) bool {
+	if !in.e.policy.Spec.Integrations.KAIScheduler.Fractions {
 		return false
 	}
 	v, ok := EffectiveEnv(c.c, visibleDevices)
-	return ok && ev.kaiFractionRef(c, &v)
+	return ok && in.kaiFractionRef(c, &v)
 }
 
 // gpuFeatures: container c gets a GPU, through a GPU limit or as a KAI
 // fraction container, and is judged by what a GPU container may ask for.
-func (ev *evaluation) gpuFeatures(c *containerRef) bool {
-	return c.gpu || ev.kaiFraction(c)
+func (in *Input) gpuFeatures(c *containerRef) bool {
+	return c.gpu || in.kaiFraction(c)
 }
 
 // kaiEnvVarConfigMap is the -evar ConfigMap KAI's admission pours into its
 // fraction container c, which only KAI's binder may write (the guard); ""
 // for any other container.
-func (ev *evaluation) kaiEnvVarConfigMap(c *containerRef) string {
-	if !ev.kaiFraction(c) {
+func (in *Input) kaiEnvVarConfigMap(c *containerRef) string {
+	if !in.kaiFraction(c) {
 		return ""
 	}
-	name, _ := kaiConfigMapName(ev.t.meta.Annotations, ev.t.spec, c, ev.e.policy.Spec.Integrations.KAIScheduler.SchedulerNames)
+	name, _ := kaiConfigMapName(in.t.meta.Annotations, in.t.spec, c, in.e.policy.Spec.Integrations.KAIScheduler.SchedulerNames)
 	return name + "-evar"
 }
 

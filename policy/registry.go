@@ -26,9 +26,11 @@ type Rule struct {
 	// PodCheck judges the object's metadata and pod-level spec, in the scopes
 	// listed in PodScopes; ContainerCheck judges each container a request
 	// puts up for judgement.
-	PodCheck       func(ev *evaluation)
+	// Each returns what it found (nil for nothing), and changes nothing:
+	// the engine keeps the findings and makes the edits they ask for.
+	PodCheck       func(in *Input) []Finding
 	PodScopes      []scope
-	ContainerCheck func(ev *evaluation, c *containerRef)
+	ContainerCheck func(in *Input, c *containerRef) []Finding
 
 	// CEL is the rule's form in the CEL backstop, nil where the policy makes
 	// the rule one the backstop does not render (a warning, say). A rule
