@@ -15,7 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 )
 
 // auditedObject is the part of check's JSON contract the test reads.
@@ -32,7 +32,7 @@ type auditedObject struct {
 func TestAuditFindsWhatCameBefore(t *testing.T) {
 	ctx := context.Background()
 	ns := "audit-before"
-	if err := framework.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
+	if err := controlplane.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
 		t.Fatal(err)
 	}
 	leak := plainPod("leak")

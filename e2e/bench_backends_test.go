@@ -29,6 +29,7 @@ import (
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 )
 
 // webhookKind is what the webhook configurations point at in an arm.
@@ -128,10 +129,10 @@ type benchBackends struct {
 	minimal     *cel.Policies // one short validation and one short patch
 	hardened    *cel.Policies // gpuguard's, from a policy without injection
 	applyMAP    *cel.Policies // gpuguard's, injecting by ApplyConfiguration
-	filtered    *framework.WebhookConfigurations
+	filtered    *controlplane.WebhookConfigurations
 	// covered: the webhooks as they are while every GPU node is covered.
-	covered *framework.WebhookConfigurations
-	idle    *framework.WebhookConfigurations
+	covered *controlplane.WebhookConfigurations
+	idle    *controlplane.WebhookConfigurations
 }
 
 func newBenchBackends(b *testing.B) *benchBackends {
@@ -327,7 +328,7 @@ func (bb *benchBackends) installWebhooks(ctx context.Context, k webhookKind) err
 
 // filteredConfigs are the suite's webhook configurations with the
 // pre-filter of policy p on the pod webhooks, as the webhook keeps it.
-func filteredConfigs(tb testing.TB, p *config.Policy) *framework.WebhookConfigurations {
+func filteredConfigs(tb testing.TB, p *config.Policy) *controlplane.WebhookConfigurations {
 	expr, err := cel.Prefilter(p)
 	if err != nil {
 		tb.Fatal(err)
@@ -348,9 +349,9 @@ var idleCondition = admissionregistrationv1.MatchCondition{Name: "idle", Express
 
 // conditionedConfigs are the suite's webhook configurations with a match
 // condition on each pod webhook.
-func conditionedConfigs(mutating, validating admissionregistrationv1.MatchCondition) *framework.WebhookConfigurations {
+func conditionedConfigs(mutating, validating admissionregistrationv1.MatchCondition) *controlplane.WebhookConfigurations {
 	s.Configs.PointAt(s.Webhook.Port, s.CA.PEM)
-	f := &framework.WebhookConfigurations{Mutating: s.Configs.Mutating.DeepCopy(), Validating: s.Configs.Validating.DeepCopy()}
+	f := &controlplane.WebhookConfigurations{Mutating: s.Configs.Mutating.DeepCopy(), Validating: s.Configs.Validating.DeepCopy()}
 	for i := range f.Mutating.Webhooks {
 		if w := &f.Mutating.Webhooks[i]; w.Name == prefilteredWebhooks[0] {
 			w.MatchConditions = append(w.MatchConditions, mutating)

@@ -23,6 +23,7 @@ import (
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 	"github.com/gpuguard/gpuguard/policy"
 	"github.com/gpuguard/gpuguard/testsupport/fixtures"
 )
@@ -166,7 +167,7 @@ func TestCELBackstopParity(t *testing.T) {
 func backstopFixture(t *testing.T, dyn dynamic.Interface, engine *policy.Engine, f *fixture) {
 	ctx := context.Background()
 	ns := fmt.Sprintf("cel-%08x", crc32.ChecksumIEEE([]byte(t.Name())))
-	if err := framework.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
+	if err := controlplane.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
 		t.Fatal(err)
 	}
 	typed, u := fixtureObject(t, f, ns)

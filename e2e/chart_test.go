@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 )
 
 // chartNamespace is the release namespace of the chart's golden renderings.
@@ -34,7 +34,7 @@ const chartNamespace = "gpuguard-system"
 // Prometheus Operator) are reported, not sent.
 func TestChartObjectsPassServerSideDryRun(t *testing.T) {
 	ctx := context.Background()
-	if err := framework.EnsureNamespace(ctx, s.cp, chartNamespace, nil); err != nil {
+	if err := controlplane.EnsureNamespace(ctx, s.cp, chartNamespace, nil); err != nil {
 		t.Fatal(err)
 	}
 	dyn, err := dynamic.NewForConfig(s.cp.Config)

@@ -25,6 +25,7 @@ import (
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 	"github.com/gpuguard/gpuguard/internal/manifest"
 	"github.com/gpuguard/gpuguard/internal/wellknown"
 	"github.com/gpuguard/gpuguard/policy"
@@ -190,7 +191,7 @@ func runFixture(t *testing.T, dyn dynamic.Interface, engine *policy.Engine, f *f
 	// A namespace of its own, so that the ConfigMaps of one fixture (and the
 	// webhook's short cache of them) do not leak into another.
 	ns := fmt.Sprintf("fx-%08x", crc32.ChecksumIEEE([]byte(t.Name())))
-	if err := framework.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
+	if err := controlplane.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, cm := range f.ConfigMaps {

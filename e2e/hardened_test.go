@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
@@ -68,7 +69,7 @@ func TestHardenedProfileFollowsTheNodes(t *testing.T) {
 
 // waitVoid waits until a plain pod is stored with void (want) or without,
 // and the webhook's gauge says the same.
-func waitVoid(t *testing.T, wh *framework.Webhook, want bool) {
+func waitVoid(t *testing.T, wh *controlplane.Webhook, want bool) {
 	t.Helper()
 	ctx := context.Background()
 	var last string
@@ -186,7 +187,7 @@ func TestStaleNodeViewFallsBackToInjection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := framework.StartAPIProxy(u.Host)
+	proxy, err := controlplane.StartAPIProxy(u.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +240,7 @@ func renewLease(t *testing.T, l *coordinationv1.Lease) {
 				return
 			case <-tick.C:
 			}
-			if err := framework.RenewLease(ctx, s.cp.Client, l.Namespace, l.Name); err != nil && ctx.Err() == nil {
+			if err := controlplane.RenewLease(ctx, s.cp.Client, l.Namespace, l.Name); err != nil && ctx.Err() == nil {
 				t.Errorf("renewing Lease %s: %v", l.Name, err)
 				return
 			}
@@ -250,7 +251,7 @@ func renewLease(t *testing.T, l *coordinationv1.Lease) {
 // startLeaseWebhook starts a webhook with injectVoid auto following the
 // release namespace's Leases, the only gpuguard the API server calls until
 // the test ends; then nodes are deleted.
-func startLeaseWebhook(t *testing.T, nodes ...string) *framework.Webhook {
+func startLeaseWebhook(t *testing.T, nodes ...string) *controlplane.Webhook {
 	t.Helper()
 	kubeconfig, err := s.cp.Kubeconfig("gpuguard-leases")
 	if err != nil {
@@ -260,7 +261,7 @@ func startLeaseWebhook(t *testing.T, nodes ...string) *framework.Webhook {
 }
 
 // startLeaseWebhookWith is startLeaseWebhook with the webhook's kubeconfig.
-func startLeaseWebhookWith(t *testing.T, kubeconfig string, nodes ...string) *framework.Webhook {
+func startLeaseWebhookWith(t *testing.T, kubeconfig string, nodes ...string) *controlplane.Webhook {
 	t.Helper()
 	ctx := context.Background()
 	wh := startWebhookWith(t, kubeconfig, policyName, "--inject-void=auto", "--gpu-node-label", gpuNodeLabel+"=true",
@@ -279,7 +280,7 @@ func startLeaseWebhookWith(t *testing.T, kubeconfig string, nodes ...string) *fr
 // callOnly points the suite's webhook configurations at wh, the only
 // gpuguard the API server calls, until the test ends: then wh stops,
 // cleanup runs and the suite's webhook is put back and enforcing.
-func callOnly(t *testing.T, wh *framework.Webhook, cleanup func()) {
+func callOnly(t *testing.T, wh *controlplane.Webhook, cleanup func()) {
 	t.Helper()
 	ctx := context.Background()
 	s.Configs.PointAt(wh.Port, s.CA.PEM)

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 )
 
 // leakDenied reports whether a dry-run of a leaking pod in the enforcing namespace is
@@ -224,11 +225,11 @@ func TestSelfManagedCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	certDir := t.TempDir()
-	wh, err := framework.NewWebhook(s.Binary, kubeconfig, certDir, t.TempDir())
+	wh, err := controlplane.NewWebhook(s.Binary, kubeconfig, certDir, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	configs, err := framework.GPUGuardWebhooks(filepath.Join("..", "charts", "gpuguard"), releaseNS)
+	configs, err := controlplane.GPUGuardWebhooks(filepath.Join("..", "charts", "gpuguard"), releaseNS)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
@@ -48,7 +49,7 @@ func TestAgentNodeScope(t *testing.T) {
 	}
 	grantAgent(t, ctx)
 	ns := "nodescope"
-	if err := framework.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
+	if err := controlplane.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
 		t.Fatal(err)
 	}
 	podOn := map[string]string{}
@@ -76,7 +77,7 @@ func TestAgentNodeScope(t *testing.T) {
 		_, err := c.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	}
-	if err := framework.EnsureNamespace(ctx, s.cp, chartNamespace, nil); err != nil {
+	if err := controlplane.EnsureNamespace(ctx, s.cp, chartNamespace, nil); err != nil {
 		t.Fatal(err)
 	}
 	namedLease := func(c kubernetes.Interface, prefix, node, holder string) error {

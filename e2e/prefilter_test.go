@@ -16,6 +16,7 @@ import (
 	"github.com/gpuguard/gpuguard/cel"
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 )
 
 // prefilteredWebhooks are the chart's pod webhooks, which the chart has the
@@ -121,14 +122,14 @@ func prefilterApplied(ctx context.Context, want string) (bool, error) {
 
 // startClusterWebhook starts a webhook of its own (in-cluster mode, on the
 // suite's policy ConfigMap) with extra flags, as the user named.
-func startClusterWebhook(t *testing.T, user string, extra ...string) *framework.Webhook {
+func startClusterWebhook(t *testing.T, user string, extra ...string) *controlplane.Webhook {
 	t.Helper()
 	return startClusterWebhookOn(t, user, policyName, extra...)
 }
 
 // startClusterWebhookOn is startClusterWebhook reading the policy from
 // ConfigMap policyCM of the release namespace.
-func startClusterWebhookOn(t *testing.T, user, policyCM string, extra ...string) *framework.Webhook {
+func startClusterWebhookOn(t *testing.T, user, policyCM string, extra ...string) *controlplane.Webhook {
 	t.Helper()
 	kubeconfig, err := s.cp.Kubeconfig(user)
 	if err != nil {
@@ -138,9 +139,9 @@ func startClusterWebhookOn(t *testing.T, user, policyCM string, extra ...string)
 }
 
 // startWebhookWith is startClusterWebhookOn with the webhook's kubeconfig.
-func startWebhookWith(t *testing.T, kubeconfig, policyCM string, extra ...string) *framework.Webhook {
+func startWebhookWith(t *testing.T, kubeconfig, policyCM string, extra ...string) *controlplane.Webhook {
 	t.Helper()
-	wh, err := framework.NewWebhook(s.Binary, kubeconfig, s.CertDir, t.TempDir())
+	wh, err := controlplane.NewWebhook(s.Binary, kubeconfig, s.CertDir, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

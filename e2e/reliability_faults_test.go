@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 )
 
 func readFile(t *testing.T, path string) string {
@@ -247,7 +248,7 @@ func installFailOpen(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	open := admissionregistrationv1.Ignore
-	failOpen := &framework.WebhookConfigurations{Mutating: s.Configs.Mutating.DeepCopy(), Validating: s.Configs.Validating.DeepCopy()}
+	failOpen := &controlplane.WebhookConfigurations{Mutating: s.Configs.Mutating.DeepCopy(), Validating: s.Configs.Validating.DeepCopy()}
 	for i := range failOpen.Validating.Webhooks {
 		failOpen.Validating.Webhooks[i].FailurePolicy = &open
 	}

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 )
 
 // reviewOf wraps an object as an AdmissionReview of a pod CREATE.
@@ -165,8 +166,8 @@ func worstCase(t *testing.T, c *http.Client) {
 		t.Fatal(err)
 	}
 	t.Logf("reliability: 3×16 concurrent reviews of a %.1f MB pod with 60,000 offending entries in %v: %d denied (bounded), %d turned away (429); peak RSS %d MiB (limit %d MiB)",
-		float64(len(body))/1e6, took.Round(time.Millisecond), codes[http.StatusOK], codes[http.StatusTooManyRequests], rss>>20, framework.WebhookMemoryLimit>>20)
-	if rss >= framework.WebhookMemoryLimit {
-		t.Errorf("peak RSS %d MiB reached the chart's memory limit of %d MiB", rss>>20, framework.WebhookMemoryLimit>>20)
+		float64(len(body))/1e6, took.Round(time.Millisecond), codes[http.StatusOK], codes[http.StatusTooManyRequests], rss>>20, controlplane.WebhookMemoryLimit>>20)
+	if rss >= controlplane.WebhookMemoryLimit {
+		t.Errorf("peak RSS %d MiB reached the chart's memory limit of %d MiB", rss>>20, controlplane.WebhookMemoryLimit>>20)
 	}
 }

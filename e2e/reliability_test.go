@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 )
 
 // The reliability suite drives the webhook through the real API server as a
@@ -198,7 +199,7 @@ func expectOneLinePerDecision(t *testing.T, linesBefore int, l *load) {
 }
 
 func TestReliability(t *testing.T) {
-	if err := framework.EnsureNamespace(context.Background(), s.cp, reliabilityNS, nil); err != nil {
+	if err := controlplane.EnsureNamespace(context.Background(), s.cp, reliabilityNS, nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Run("steady load from 16 clients", testSteadyLoad)

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 )
 
 // TestBackgroundAuditWritesOpenReports installs the OpenReports CRDs the chart
@@ -25,7 +26,7 @@ func TestBackgroundAuditWritesOpenReports(t *testing.T) {
 	c := reportsClient(t)
 	installOpenReportsCRDs(t)
 	ns := "audit-reports"
-	if err := framework.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
+	if err := controlplane.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
 		t.Fatal(err)
 	}
 	createBeforeInstall(t, func() bool {
@@ -37,7 +38,7 @@ func TestBackgroundAuditWritesOpenReports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wh, err := framework.NewWebhook(s.Binary, kubeconfig, s.CertDir, t.TempDir())
+	wh, err := controlplane.NewWebhook(s.Binary, kubeconfig, s.CertDir, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func TestBackgroundAuditWritesOpenReports(t *testing.T) {
 
 func reportsClient(t *testing.T) client.Client {
 	t.Helper()
-	c, err := framework.ReportsClient(s.cp)
+	c, err := controlplane.ReportsClient(s.cp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func reportsClient(t *testing.T) client.Client {
 // without them.
 func installOpenReportsCRDs(t *testing.T) {
 	t.Helper()
-	remove, err := framework.InstallOpenReportsCRDs(context.Background(), s.cp, "..")
+	remove, err := controlplane.InstallOpenReportsCRDs(context.Background(), s.cp, "..")
 	t.Cleanup(remove)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 	"github.com/gpuguard/gpuguard/internal/manifest"
 )
 
@@ -159,7 +160,7 @@ func fixtureNamespace(name string) string {
 // for a Binding a plain pod of the bound name.
 func createTarget(ctx context.Context, c kubernetes.Interface, f namedFixture) (*corev1.Pod, error) {
 	ns := fixtureNamespace(f.name)
-	if err := framework.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
+	if err := controlplane.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
 		return nil, err
 	}
 	obj, err := manifest.DecodeObject(f.Object)
@@ -226,7 +227,7 @@ func TestBindingsSentOnlyWithAnnotations(t *testing.T) {
 	ctx := context.Background()
 	tenant := requesterClient(t)
 	ns := fixtureNamespace("bindings-sent-only-with-annotations")
-	if err := framework.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
+	if err := controlplane.EnsureNamespace(ctx, s.cp, ns, nil); err != nil {
 		t.Fatal(err)
 	}
 	pods := tenant.CoreV1().Pods(ns)

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 )
 
 // Namespaces of the suite. The release namespace and the excluded ones are outside
@@ -27,7 +28,7 @@ const (
 	operatorNS     = "gpu-operator"
 	selfManagedNS  = "team-selfmanaged"
 	celProbeNS     = "cel-probe" // left out by the webhooks, not by the CEL backstop
-	policyName     = framework.PolicyConfigMap
+	policyName     = controlplane.PolicyConfigMap
 	webhookTimeout = time.Minute
 )
 
@@ -46,8 +47,8 @@ spec:
 var s *suite
 
 type suite struct {
-	cp *framework.ControlPlane
-	*framework.Installation
+	cp *controlplane.ControlPlane
+	*controlplane.Installation
 }
 
 func TestMain(m *testing.M) {
@@ -67,7 +68,7 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	cp, err := framework.StartControlPlane(filepath.Join(root, "_output", "bin"))
+	cp, err := controlplane.StartControlPlane(filepath.Join(root, "_output", "bin"))
 	if err != nil {
 		return 1, err
 	}
@@ -78,7 +79,7 @@ func run(m *testing.M) (int, error) {
 		if mode != "" {
 			labels = map[string]string{"gpuguard.io/mode": mode}
 		}
-		if err := framework.EnsureNamespace(ctx, cp, name, labels); err != nil {
+		if err := controlplane.EnsureNamespace(ctx, cp, name, labels); err != nil {
 			return 1, err
 		}
 	}
@@ -90,10 +91,10 @@ func run(m *testing.M) (int, error) {
 			return 1, err
 		}
 	}
-	if err := framework.EnsureNamespace(ctx, cp, celProbeNS, nil); err != nil {
+	if err := controlplane.EnsureNamespace(ctx, cp, celProbeNS, nil); err != nil {
 		return 1, err
 	}
-	in, err := framework.Install(ctx, cp, root, releaseNS, suitePolicy, excludedNS, selfManagedNS, chartNamespace, celProbeNS)
+	in, err := controlplane.Install(ctx, cp, root, releaseNS, suitePolicy, excludedNS, selfManagedNS, chartNamespace, celProbeNS)
 	if err != nil {
 		return 1, err
 	}
@@ -110,7 +111,7 @@ func run(m *testing.M) (int, error) {
 }
 
 func (s *suite) waitEnforcing(ctx context.Context) error {
-	return framework.WaitEnforcing(ctx, s.cp.Client, enforceNS, webhookTimeout)
+	return controlplane.WaitEnforcing(ctx, s.cp.Client, enforceNS, webhookTimeout)
 }
 
 func (s *suite) writePolicy(ctx context.Context, policyYAML string) error {

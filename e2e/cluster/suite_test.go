@@ -13,7 +13,8 @@ import (
 	"crypto/rand"
 	"testing"
 
-	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
+	"github.com/gpuguard/gpuguard/e2e/framework/kubenode"
 )
 
 const nodeName = "node-1"
@@ -22,13 +23,13 @@ var s *suite
 
 type suite struct {
 	root, assets string
-	cp           *framework.ControlPlane
-	node         *framework.Node
+	cp           *controlplane.ControlPlane
+	node         *kubenode.Node
 	// published is gpuguard's release in the cluster's registry, trusted
 	// through registryCA.
-	published  framework.Published
+	published  kubenode.Published
 	registryCA string
-	registry   *framework.Registry
+	registry   *controlplane.Registry
 	// registryPassword is registryUser's, for the README's repositories.
 	registryPassword string
 }
@@ -37,12 +38,12 @@ type suite struct {
 const registryUser = "newcomer"
 
 func TestMain(m *testing.M) {
-	framework.RunRootSuite(m, "e2e/cluster", run)
+	kubenode.RunRootSuite(m, "e2e/cluster", run)
 }
 
 func run(m *testing.M, root string) (int, error) {
-	interrupt := framework.OnInterrupt("e2e/cluster")
-	lc, err := framework.StartLocalCluster(interrupt.Context(), root, nodeName)
+	interrupt := kubenode.OnInterrupt("e2e/cluster")
+	lc, err := kubenode.StartLocalCluster(interrupt.Context(), root, nodeName)
 	if err != nil {
 		return 1, err
 	}

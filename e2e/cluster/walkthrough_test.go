@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,11 +27,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
+	"github.com/gpuguard/gpuguard/e2e/framework/kubenode"
 	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
@@ -57,7 +58,7 @@ const (
 
 // readmeRelease is what the README's publish block pushed: the rest of the
 // walkthrough installs it.
-var readmeRelease framework.Published
+var readmeRelease kubenode.Published
 
 // walkthrough is the README's Install section as a newcomer
 // follows it. A changed number of commands fails the test: a README edit
@@ -470,7 +471,7 @@ func newShell(t *testing.T) *shell {
 	// The newcomer has logged in to the registry (docker login): helm and
 	// make push read the credentials there, and the README makes the
 	// image pull secret from them.
-	if err := framework.WriteDockerConfig(filepath.Join(home, ".docker"), s.published.Registry, registryUser, s.registryPassword); err != nil {
+	if err := controlplane.WriteDockerConfig(filepath.Join(home, ".docker"), s.published.Registry, registryUser, s.registryPassword); err != nil {
 		t.Fatal(err)
 	}
 	// The gpuguard CLI, as `make build` gives it.
@@ -525,7 +526,7 @@ func (sh *shell) run(command string) (string, error) {
 var pushedRef = regexp.MustCompile(`(?m)^\s+(\S+/(gpuguard|gpuguard-agent)@sha256:[0-9a-f]{64})$`)
 
 // parsePushed reads both images' references from make push's output.
-func parsePushed(out string, p *framework.Published) error {
+func parsePushed(out string, p *kubenode.Published) error {
 	for _, m := range pushedRef.FindAllStringSubmatch(out, -1) {
 		switch m[2] {
 		case "gpuguard":

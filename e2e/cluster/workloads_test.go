@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
+	"github.com/gpuguard/gpuguard/e2e/framework/kubenode"
 )
 
 // Runs after the walkthrough (files run in name order), on a cluster it left
@@ -45,7 +47,7 @@ const (
 func TestChartServesGPUs(t *testing.T) {
 	ctx := context.Background()
 	makeGPUNode(t)
-	if err := framework.EnsureNamespace(ctx, s.cp, tenantNS, nil); err != nil {
+	if err := controlplane.EnsureNamespace(ctx, s.cp, tenantNS, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Without gpuguard, a pod without a GPU limit opens every GPU: the
@@ -236,7 +238,7 @@ func withGPULimit(pod *corev1.Pod, n int64) *corev1.Pod {
 
 // runPod runs the probe pod in the tenant namespace and returns its report;
 // the pod as it ran goes to *ran when asked for. The pod is deleted after.
-func runPod(t *testing.T, pod *corev1.Pod, ran **corev1.Pod) framework.ProbeReport {
+func runPod(t *testing.T, pod *corev1.Pod, ran **corev1.Pod) kubenode.ProbeReport {
 	t.Helper()
 	ctx := context.Background()
 	report, done, err := s.node.RunProbe(ctx, tenantNS, pod)

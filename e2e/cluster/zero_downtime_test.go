@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 )
 
 const (
@@ -71,7 +72,7 @@ const exporter = "exporter"
 // calling), which the API server never retries.
 func TestNoFailedAdmissionThroughUpgradeAndCrash(t *testing.T) {
 	ctx := context.Background()
-	if err := framework.EnsureNamespace(ctx, s.cp, haTenantNS, nil); err != nil {
+	if err := controlplane.EnsureNamespace(ctx, s.cp, haTenantNS, nil); err != nil {
 		t.Fatal(err)
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: exporter}}
@@ -98,7 +99,7 @@ func TestNoFailedAdmissionThroughUpgradeAndCrash(t *testing.T) {
 		nothingLeftBlocking(t)
 	})
 	// The webhook enforces before the load starts.
-	if err := framework.WaitEnforcing(ctx, s.cp.Client, haTenantNS, time.Minute); err != nil {
+	if err := controlplane.WaitEnforcing(ctx, s.cp.Client, haTenantNS, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	waitExporterAdmitted(t, ctx, false)

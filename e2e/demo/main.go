@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gpuguard/gpuguard/config"
-	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 	"github.com/gpuguard/gpuguard/internal/manifest"
 	"github.com/gpuguard/gpuguard/internal/warnings"
 	"github.com/gpuguard/gpuguard/internal/wellknown"
@@ -52,23 +52,23 @@ func run(examples string) error {
 	}
 	ctx := context.Background()
 	fmt.Println("starting etcd and kube-apiserver", "…")
-	cp, err := framework.StartControlPlane(filepath.Join(root, "_output", "bin"))
+	cp, err := controlplane.StartControlPlane(filepath.Join(root, "_output", "bin"))
 	if err != nil {
 		return err
 	}
 	defer cp.Stop()
 	fmt.Println("installing gpuguard with the default policy", "…")
-	in, err := framework.Install(ctx, cp, root, "gpuguard", string(config.DefaultYAML()))
+	in, err := controlplane.Install(ctx, cp, root, "gpuguard", string(config.DefaultYAML()))
 	if err != nil {
 		return err
 	}
 	defer in.Uninstall(ctx, cp)
 	for _, d := range docs {
-		if err := framework.EnsureNamespace(ctx, cp, namespaceOf(d), nil); err != nil {
+		if err := controlplane.EnsureNamespace(ctx, cp, namespaceOf(d), nil); err != nil {
 			return err
 		}
 	}
-	if err := framework.WaitEnforcing(ctx, cp.Client, namespaceOf(docs[0]), time.Minute); err != nil {
+	if err := controlplane.WaitEnforcing(ctx, cp.Client, namespaceOf(docs[0]), time.Minute); err != nil {
 		return err
 	}
 	fmt.Printf("applying %s through the API server:\n\n", examples)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/kubenode"
 )
 
 // BenchmarkContainerCreate times CreateContainer at the node's real
@@ -61,7 +62,7 @@ func BenchmarkContainerCreate(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer stop()
-	images := []struct{ name, ref string }{{"probe", framework.ProbeImage}, {"pause", framework.PauseImage}}
+	images := []struct{ name, ref string }{{"probe", kubenode.ProbeImage}, {"pause", kubenode.PauseImage}}
 	arms := []createArm{armNone, armNoop, armEnforcer}
 	latencies := map[string][]time.Duration{}
 	judged := map[string]decisions{}
@@ -165,7 +166,7 @@ func (c *createArms) to(ctx context.Context, a createArm) error {
 
 // switchEnforcer restarts the agent with the profile and waits for its
 // verifier's first pass.
-func switchEnforcer(ctx context.Context, p framework.NodeProfile) error {
+func switchEnforcer(ctx context.Context, p kubenode.NodeProfile) error {
 	if err := s.node.Apply(ctx, p); err != nil {
 		return err
 	}

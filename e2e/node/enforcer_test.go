@@ -22,6 +22,7 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/kubenode"
 	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
@@ -260,7 +261,7 @@ func testEnforcedBurst(t *testing.T) {
 	ids := make([]string, pods)
 	errs := make([]error, pods)
 	for i, sb := range sandboxes {
-		wg.Go(func() { ids[i], errs[i] = sb.create(ctx, "burst", framework.ProbeImage) })
+		wg.Go(func() { ids[i], errs[i] = sb.create(ctx, "burst", kubenode.ProbeImage) })
 	}
 	wg.Wait()
 	stopPolling()
@@ -417,10 +418,10 @@ func testEnforcerRequired(t *testing.T) {
 
 // runStartedAfter waits for a run of pod name's probe container that began
 // at or after after and has ended, and returns what it saw.
-func runStartedAfter(t *testing.T, name string, after time.Time) framework.ProbeReport {
+func runStartedAfter(t *testing.T, name string, after time.Time) kubenode.ProbeReport {
 	t.Helper()
 	ctx := context.Background()
-	var report framework.ProbeReport
+	var report kubenode.ProbeReport
 	var status string
 	err := framework.Poll(ctx, 3*time.Minute, func() (bool, error) {
 		pod, err := s.cp.Client.CoreV1().Pods(tenantNS).Get(ctx, name, metav1.GetOptions{})

@@ -19,6 +19,7 @@ import (
 	remote "k8s.io/cri-client/pkg"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/kubenode"
 )
 
 const gpuResource = "nvidia.com/gpu"
@@ -58,7 +59,7 @@ func withAnnotation(p *corev1.Pod, key, value string) *corev1.Pod {
 
 // probe runs a pod to completion and returns what its container saw and
 // the pod as stored; the pod is deleted afterwards.
-func probe(t *testing.T, ns string, p *corev1.Pod) (framework.ProbeReport, *corev1.Pod) {
+func probe(t *testing.T, ns string, p *corev1.Pod) (kubenode.ProbeReport, *corev1.Pod) {
 	t.Helper()
 	ctx := context.Background()
 	report, done, err := s.node.RunProbe(ctx, ns, p)
@@ -82,7 +83,7 @@ func allGPUs() []string {
 	return out
 }
 
-func expectGPUs(t *testing.T, got framework.ProbeReport, want []string) {
+func expectGPUs(t *testing.T, got kubenode.ProbeReport, want []string) {
 	t.Helper()
 	if !slices.Equal(got.GPUs(), want) {
 		t.Errorf("the container saw GPUs %v, want %v (devices %v, env %v)", got.GPUs(), want, got.Devices, got.Env)
@@ -91,14 +92,14 @@ func expectGPUs(t *testing.T, got framework.ProbeReport, want []string) {
 
 // expectAllocatedOnly checks that a one-GPU pod saw exactly the device the
 // kubelet allocated to it, and returns that device.
-func expectAllocatedOnly(t *testing.T, report framework.ProbeReport, pod *corev1.Pod) framework.FakeGPU {
+func expectAllocatedOnly(t *testing.T, report kubenode.ProbeReport, pod *corev1.Pod) kubenode.FakeGPU {
 	t.Helper()
 	return expectAllocatedOnlyOf(t, report, pod, gpuResource)
 }
 
 // expectAllocatedOnlyOf: the pod's container saw exactly the GPU of the one
 // device of resource the kubelet allocated to it (a MIG device's parent).
-func expectAllocatedOnlyOf(t *testing.T, report framework.ProbeReport, pod *corev1.Pod, resource string) framework.FakeGPU {
+func expectAllocatedOnlyOf(t *testing.T, report kubenode.ProbeReport, pod *corev1.Pod, resource string) kubenode.FakeGPU {
 	t.Helper()
 	ids, err := s.node.AllocatedDevices(string(pod.UID), pod.Spec.Containers[0].Name, resource)
 	if err != nil {
@@ -140,7 +141,7 @@ func create(t *testing.T, ns string, p *corev1.Pod) error {
 	return err
 }
 
-func apply(t *testing.T, p framework.NodeProfile) {
+func apply(t *testing.T, p kubenode.NodeProfile) {
 	t.Helper()
 	if err := s.node.Apply(context.Background(), p); err != nil {
 		t.Fatalf("configuring the node (%s): %v\n%s", p, err, s.node.LogTails())

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/kubenode"
 )
 
 // hostRootPod is a monitoring agent shaped like kube-prometheus's node
@@ -25,7 +26,7 @@ func hostRootPod(prefix string) *corev1.Pod {
 	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &nobody, RunAsNonRoot: &yes}
 	p.Spec.Volumes = []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
 	c := &p.Spec.Containers[0]
-	c.Image = framework.RootGroupProbeImage
+	c.Image = kubenode.RootGroupProbeImage
 	c.VolumeMounts = []corev1.VolumeMount{{Name: "root", MountPath: "/host", ReadOnly: true}}
 	c.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
 		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
@@ -86,7 +87,7 @@ func hostPIDSidecarPod(prefix string) *corev1.Pod {
 	exporter := p.Spec.Containers[0]
 	exporter.Name = "exporter"
 	exporter.Env = append(exporter.Env, corev1.EnvVar{Name: "PROBE_HOLD", Value: "1"})
-	sidecar := corev1.Container{Name: "sidecar", Image: framework.ProbeImage, ImagePullPolicy: corev1.PullNever,
+	sidecar := corev1.Container{Name: "sidecar", Image: kubenode.ProbeImage, ImagePullPolicy: corev1.PullNever,
 		SecurityContext: &corev1.SecurityContext{RunAsUser: &root, RunAsGroup: &root, RunAsNonRoot: &rootAllowed},
 		Env:             []corev1.EnvVar{{Name: "PROBE_ENTER_UID", Value: "65534"}, {Name: "PROBE_CONNECT", Value: "/host" + s.node.ContainerdSocket()}}}
 	p.Spec.Containers = []corev1.Container{sidecar, exporter}

@@ -18,33 +18,35 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
+	"github.com/gpuguard/gpuguard/e2e/framework/kubenode"
 )
 
 // The node configurations of the scenarios. "Typical" is a GPU cluster as
 // commonly set up: the NVIDIA runtime is containerd's default handler and
 // the toolkit keeps its defaults.
 var (
-	typical = framework.NodeProfile{Strategy: "envvar"}
+	typical = kubenode.NodeProfile{Strategy: "envvar"}
 	// typicalEnforcing is the typical node with the agent's verifier stopping
 	// leaking containers.
-	typicalEnforcing = framework.NodeProfile{Strategy: "envvar", Verify: "enforce"}
-	hardenedMount    = framework.NodeProfile{Hardened: true, Strategy: "volume-mounts"}
-	hardenedCDIAn    = framework.NodeProfile{Hardened: true, Strategy: "cdi-annotations"}
-	hardenedCDI      = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri"}
-	passthrough      = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri", PodAnnotations: []string{"cdi.k8s.io/*"}}
-	ownCDISpec       = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri", OwnCDISpec: true}
-	timeSliced       = framework.NodeProfile{Hardened: true, Strategy: "volume-mounts", SharedReplicas: 2}
+	typicalEnforcing = kubenode.NodeProfile{Strategy: "envvar", Verify: "enforce"}
+	hardenedMount    = kubenode.NodeProfile{Hardened: true, Strategy: "volume-mounts"}
+	hardenedCDIAn    = kubenode.NodeProfile{Hardened: true, Strategy: "cdi-annotations"}
+	hardenedCDI      = kubenode.NodeProfile{Hardened: true, Strategy: "cdi-cri"}
+	passthrough      = kubenode.NodeProfile{Hardened: true, Strategy: "cdi-cri", PodAnnotations: []string{"cdi.k8s.io/*"}}
+	ownCDISpec       = kubenode.NodeProfile{Hardened: true, Strategy: "cdi-cri", OwnCDISpec: true}
+	timeSliced       = kubenode.NodeProfile{Hardened: true, Strategy: "volume-mounts", SharedReplicas: 2}
 	// enforced is the typical node with the agent's node enforcer, and
 	// enforcedPassthrough the same passing cdi.k8s.io pod annotations on.
-	enforced            = framework.NodeProfile{Strategy: "envvar", Enforce: true}
-	enforcedPassthrough = framework.NodeProfile{Strategy: "envvar", Enforce: true, PodAnnotations: []string{"cdi.k8s.io/*"}}
-	enforcedRequired    = framework.NodeProfile{Strategy: "envvar", Enforce: true, RequireEnforcer: true}
+	enforced            = kubenode.NodeProfile{Strategy: "envvar", Enforce: true}
+	enforcedPassthrough = kubenode.NodeProfile{Strategy: "envvar", Enforce: true, PodAnnotations: []string{"cdi.k8s.io/*"}}
+	enforcedRequired    = kubenode.NodeProfile{Strategy: "envvar", Enforce: true, RequireEnforcer: true}
 	// enforcedMount is a node whose runtime honours device-list mounts, and
 	// enforcedTimeSliced the same with time-sliced GPUs, with the enforcer.
-	enforcedMount      = framework.NodeProfile{Hardened: true, Strategy: "volume-mounts", Enforce: true}
-	enforcedTimeSliced = framework.NodeProfile{Hardened: true, Strategy: "volume-mounts", SharedReplicas: 2, Enforce: true}
+	enforcedMount      = kubenode.NodeProfile{Hardened: true, Strategy: "volume-mounts", Enforce: true}
+	enforcedTimeSliced = kubenode.NodeProfile{Hardened: true, Strategy: "volume-mounts", SharedReplicas: 2, Enforce: true}
 	// enforcedMIG is the typical node with MIG devices, with the enforcer.
-	enforcedMIG = framework.NodeProfile{Strategy: "envvar", MIG: true, Enforce: true}
+	enforcedMIG = kubenode.NodeProfile{Strategy: "envvar", MIG: true, Enforce: true}
 )
 
 const defaultPolicy = `apiVersion: gpuguard.io/v1alpha1
@@ -53,7 +55,7 @@ spec: {}
 `
 
 // cdiAllAnnotation asks for every GPU through CDI.
-const cdiAllAnnotation, cdiAll = "cdi.k8s.io/probe", framework.CDIKind + "=all"
+const cdiAllAnnotation, cdiAll = "cdi.k8s.io/probe", kubenode.CDIKind + "=all"
 
 // TestNode runs the scenarios in order: the node's configuration and
 // gpuguard's installation carry from one to the next.
@@ -142,12 +144,12 @@ func installGPUGuard(t *testing.T) {
 		return
 	}
 	ctx := context.Background()
-	in, err := framework.Install(ctx, s.cp, s.root, releaseNS, defaultPolicy, exemptNS)
+	in, err := controlplane.Install(ctx, s.cp, s.root, releaseNS, defaultPolicy, exemptNS)
 	if err != nil {
 		t.Fatalf("installing gpuguard: %v", err)
 	}
 	s.in = in
-	if err := framework.WaitEnforcing(ctx, s.cp.Client, tenantNS, time.Minute); err != nil {
+	if err := controlplane.WaitEnforcing(ctx, s.cp.Client, tenantNS, time.Minute); err != nil {
 		t.Fatalf("gpuguard not enforcing: %v\n%s", err, framework.Tail(in.Webhook.Log))
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
+	"github.com/gpuguard/gpuguard/e2e/framework/kubenode"
 )
 
 // Namespaces: the tenant's is guarded by the webhook; the exempt one is left
@@ -24,49 +26,49 @@ const (
 
 // withoutGPUGuardEnv, set to 1, never installs gpuguard: the scenarios that
 // expect it then fail, which shows the suite detects the leak.
-const withoutGPUGuardEnv = framework.WithoutGPUGuardEnv
+const withoutGPUGuardEnv = kubenode.WithoutGPUGuardEnv
 
 var s *suite
 
 type suite struct {
 	root string
-	cp   *framework.ControlPlane
-	node *framework.Node
-	in   *framework.Installation
+	cp   *controlplane.ControlPlane
+	node *kubenode.Node
+	in   *controlplane.Installation
 }
 
 func TestMain(m *testing.M) {
-	framework.RunRootSuite(m, "e2e/node", run)
+	kubenode.RunRootSuite(m, "e2e/node", run)
 }
 
 func run(m *testing.M, root string) (int, error) {
-	interrupt := framework.OnInterrupt("e2e/node")
+	interrupt := kubenode.OnInterrupt("e2e/node")
 	assets := filepath.Join(root, "_output", "bin")
-	if err := framework.CheckNodeBinaries(assets); err != nil {
+	if err := kubenode.CheckNodeBinaries(assets); err != nil {
 		return 1, err
 	}
 	version, err := framework.ToolkitVersion(root)
 	if err != nil {
 		return 1, err
 	}
-	cp, err := framework.StartControlPlane(assets)
+	cp, err := controlplane.StartControlPlane(assets)
 	if err != nil {
 		return 1, err
 	}
 	defer cp.Stop()
 	ctx := context.Background()
 	// The agent keeps its findings in an OpenReports ClusterReport.
-	if _, err := framework.InstallOpenReportsCRDs(ctx, cp, root); err != nil {
+	if _, err := controlplane.InstallOpenReportsCRDs(ctx, cp, root); err != nil {
 		return 1, err
 	}
 	// releaseNS exists before gpuguard's install: the node enforcer holds
 	// its Lease there, as the chart's agent does in the release namespace.
 	for _, ns := range []string{tenantNS, exemptNS, releaseNS} {
-		if err := framework.EnsureNamespace(ctx, cp, ns, nil); err != nil {
+		if err := controlplane.EnsureNamespace(ctx, cp, ns, nil); err != nil {
 			return 1, err
 		}
 	}
-	node, err := framework.StartNode(interrupt.Context(), cp, framework.NodeOptions{Name: nodeName, RepoRoot: root, Assets: assets,
+	node, err := kubenode.StartNode(interrupt.Context(), cp, kubenode.NodeOptions{Name: nodeName, RepoRoot: root, Assets: assets,
 		ToolkitVersion: version, AgentNamespace: releaseNS})
 	if err != nil {
 		return 1, err

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
@@ -42,7 +43,7 @@ const maxHardeningReads = 30
 // heartbeatWindow it measures the writes per minute the Leases cost, and
 // what following them costs the webhook: its reads of the hardening and its
 // CPU.
-func agentHeartbeats(t *testing.T, ctx context.Context, in *framework.Installation, wh *framework.Webhook, nodes int) {
+func agentHeartbeats(t *testing.T, ctx context.Context, in *controlplane.Installation, wh *controlplane.Webhook, nodes int) {
 	t.Helper()
 	hb := startHeartbeats(t, ctx, in.Namespace, nodes)
 	err := framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
@@ -104,7 +105,7 @@ func policyReconcile(k string) bool {
 	return strings.HasPrefix(k, "controller_runtime_reconcile_total{") && strings.Contains(k, `controller="policy"`)
 }
 
-func scrapeBoth(t *testing.T, ctx context.Context, wh *framework.Webhook) (webhook, apiserver map[string]float64) {
+func scrapeBoth(t *testing.T, ctx context.Context, wh *controlplane.Webhook) (webhook, apiserver map[string]float64) {
 	t.Helper()
 	webhook, err := wh.Metrics(ctx)
 	if err != nil {
@@ -191,7 +192,7 @@ func startHeartbeats(t *testing.T, ctx context.Context, namespace string, nodes 
 		go func() {
 			defer h.wg.Done()
 			for name := range due {
-				err := framework.RenewLease(ctx, s.cp.Client, namespace, name)
+				err := controlplane.RenewLease(ctx, s.cp.Client, namespace, name)
 				switch {
 				case err == nil:
 					h.writes.Add(1)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 	"github.com/gpuguard/gpuguard/internal/wellknown"
 )
 
@@ -38,12 +39,12 @@ func TestBackgroundAuditAtFleetSize(t *testing.T) {
 	ctx := context.Background()
 	f := buildFleet(t, ctx)
 
-	remove, err := framework.InstallOpenReportsCRDs(ctx, s.cp, s.root)
+	remove, err := controlplane.InstallOpenReportsCRDs(ctx, s.cp, s.root)
 	t.Cleanup(remove)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := framework.Install(ctx, s.cp, s.root, "gpuguard", string(config.DefaultYAML()))
+	in, err := controlplane.Install(ctx, s.cp, s.root, "gpuguard", string(config.DefaultYAML()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestBackgroundAuditAtFleetSize(t *testing.T) {
 
 // auditLeaseHandover kills the auditing replica with SIGKILL: the serving
 // one takes the audit Lease once it expires, and audits the fleet.
-func auditLeaseHandover(t *testing.T, ctx context.Context, in *framework.Installation, replica *framework.Webhook) {
+func auditLeaseHandover(t *testing.T, ctx context.Context, in *controlplane.Installation, replica *controlplane.Webhook) {
 	t.Helper()
 	leases := s.cp.Client.CoordinationV1().Leases(in.Namespace)
 	before, err := leases.Get(ctx, wellknown.AuditLease, metav1.GetOptions{})
@@ -140,14 +141,14 @@ func auditLeaseHandover(t *testing.T, ctx context.Context, in *framework.Install
 // the same caches but not elected to audit (the first holds the Lease), and
 // logs its memory once it serves: the steady memory of a replica at the
 // fleet's size.
-func servingReplicaMemory(t *testing.T, ctx context.Context, in *framework.Installation) *framework.Webhook {
+func servingReplicaMemory(t *testing.T, ctx context.Context, in *controlplane.Installation) *controlplane.Webhook {
 	t.Helper()
-	replica, err := framework.NewWebhook(in.Binary, in.Webhook.Kubeconfig, in.CertDir, t.TempDir())
+	replica, err := controlplane.NewWebhook(in.Binary, in.Webhook.Kubeconfig, in.CertDir, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	replica.Env, replica.Extra = in.Webhook.Env, in.Webhook.Extra
-	if err := replica.Start(in.Namespace + "/" + framework.PolicyConfigMap); err != nil {
+	if err := replica.Start(in.Namespace + "/" + controlplane.PolicyConfigMap); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = replica.Stop() })
@@ -216,7 +217,7 @@ func buildFleet(t *testing.T, ctx context.Context) fleet {
 		t.Fatalf("KWOK did not make the nodes Ready: %v\n%s", err, framework.Tail(s.kwok.Log))
 	}
 	run(f.namespaces, func(i int) error {
-		return framework.EnsureNamespace(ctx, s.cp, namespaceName(i), nil)
+		return controlplane.EnsureNamespace(ctx, s.cp, namespaceName(i), nil)
 	})
 	run(f.pods, func(i int) error {
 		_, err := c.Pods(namespaceName(i%f.namespaces)).Create(ctx, fleetPod(i, f.nodes), metav1.CreateOptions{})
@@ -289,7 +290,7 @@ func fleetPod(i, nodes int) *corev1.Pod {
 // listReports counts gpuguard's Reports and their sizes as stored.
 func listReports(t *testing.T, ctx context.Context) (count, largest, total int) {
 	t.Helper()
-	c, err := framework.ReportsClient(s.cp)
+	c, err := controlplane.ReportsClient(s.cp)
 	if err != nil {
 		t.Fatal(err)
 	}

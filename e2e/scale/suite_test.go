@@ -21,7 +21,7 @@ import (
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 )
 
 var (
@@ -32,8 +32,8 @@ var (
 
 var s struct {
 	root string
-	cp   *framework.ControlPlane
-	kwok *framework.KWOK
+	cp   *controlplane.ControlPlane
+	kwok *controlplane.KWOK
 }
 
 func TestMain(m *testing.M) {
@@ -54,14 +54,14 @@ func run(m *testing.M) (int, error) {
 		return 1, err
 	}
 	assets := filepath.Join(root, "_output", "bin")
-	cp, err := framework.StartControlPlane(assets)
+	cp, err := controlplane.StartControlPlane(assets)
 	if err != nil {
 		return 1, err
 	}
 	defer cp.Stop()
 	s.root, s.cp = root, cp
 	// Every node is KWOK's to keep alive: this control plane has no kubelet.
-	if s.kwok, err = framework.StartKWOK(cp, assets); err != nil {
+	if s.kwok, err = controlplane.StartKWOK(cp, assets); err != nil {
 		return 1, err
 	}
 	defer s.kwok.Stop()

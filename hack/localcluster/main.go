@@ -22,7 +22,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
+	"github.com/gpuguard/gpuguard/e2e/framework/kubenode"
 )
 
 func main() {
@@ -33,7 +34,7 @@ func main() {
 }
 
 func run() error {
-	if err := framework.NodeReadiness(); err != nil {
+	if err := kubenode.NodeReadiness(); err != nil {
 		return fmt.Errorf("this machine cannot run a node: %w", err)
 	}
 	root, err := os.Getwd()
@@ -46,7 +47,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Println("Starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd, kubelet and kube-proxy...")
-	lc, err := framework.StartLocalCluster(ctx, root, "node-1")
+	lc, err := kubenode.StartLocalCluster(ctx, root, "node-1")
 	if err != nil {
 		return err
 	}
@@ -85,9 +86,9 @@ Ctrl-C stops the cluster and removes what it made.
 
 // loginToRegistry protects the whole registry with credentials of its own
 // and writes them where docker login would, into dir.
-func loginToRegistry(lc *framework.LocalCluster, dir string) error {
+func loginToRegistry(lc *kubenode.LocalCluster, dir string) error {
 	user, password := "newcomer", rand.Text()
-	if err := framework.WriteDockerConfig(dir, lc.Published.Registry, user, password); err != nil {
+	if err := controlplane.WriteDockerConfig(dir, lc.Published.Registry, user, password); err != nil {
 		return err
 	}
 	if err := errors.Join(chownToSudoUser(dir), chownToSudoUser(filepath.Join(dir, "config.json"))); err != nil {
@@ -99,7 +100,7 @@ func loginToRegistry(lc *framework.LocalCluster, dir string) error {
 
 // writeKubeconfig writes an administrator's kubeconfig with its certificates
 // inline, owned by the user who ran sudo, so that a shell of theirs can use it.
-func writeKubeconfig(lc *framework.LocalCluster, path string) error {
+func writeKubeconfig(lc *kubenode.LocalCluster, path string) error {
 	admin, err := lc.CP.Kubeconfig("local-admin")
 	if err != nil {
 		return err

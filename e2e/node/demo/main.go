@@ -23,6 +23,8 @@ import (
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
+	"github.com/gpuguard/gpuguard/e2e/framework/kubenode"
 )
 
 const (
@@ -33,13 +35,13 @@ const (
 // row is one pod shape, run on one node configuration.
 type row struct {
 	what    string
-	profile framework.NodeProfile
-	pod     func(n *framework.Node, name string) *corev1.Pod
+	profile kubenode.NodeProfile
+	pod     func(n *kubenode.Node, name string) *corev1.Pod
 }
 
 var (
-	typical     = framework.NodeProfile{Strategy: "envvar"}
-	passthrough = framework.NodeProfile{Hardened: true, Strategy: "cdi-cri", PodAnnotations: []string{"cdi.k8s.io/*"}}
+	typical     = kubenode.NodeProfile{Strategy: "envvar"}
+	passthrough = kubenode.NodeProfile{Hardened: true, Strategy: "cdi-cri", PodAnnotations: []string{"cdi.k8s.io/*"}}
 )
 
 func rows() []row {
@@ -52,31 +54,31 @@ func rows() []row {
 	}
 }
 
-func plain(n *framework.Node, name string) *corev1.Pod { return n.ProbePod(name) }
+func plain(n *kubenode.Node, name string) *corev1.Pod { return n.ProbePod(name) }
 
-func oneGPU(n *framework.Node, name string) *corev1.Pod {
+func oneGPU(n *kubenode.Node, name string) *corev1.Pod {
 	p := n.ProbePod(name)
 	one := resource.MustParse("1")
 	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": one}
 	return p
 }
 
-func env(base func(*framework.Node, string) *corev1.Pod, value string) func(*framework.Node, string) *corev1.Pod {
-	return func(n *framework.Node, name string) *corev1.Pod {
+func env(base func(*kubenode.Node, string) *corev1.Pod, value string) func(*kubenode.Node, string) *corev1.Pod {
+	return func(n *kubenode.Node, name string) *corev1.Pod {
 		p := base(n, name)
 		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: value}}
 		return p
 	}
 }
 
-func cdiAnnotation(n *framework.Node, name string) *corev1.Pod {
+func cdiAnnotation(n *kubenode.Node, name string) *corev1.Pod {
 	p := n.ProbePod(name)
-	p.Annotations = map[string]string{"cdi.k8s.io/x": framework.CDIKind + "=all"}
+	p.Annotations = map[string]string{"cdi.k8s.io/x": kubenode.CDIKind + "=all"}
 	return p
 }
 
 func main() {
-	if err := framework.NodeReadiness(); err != nil {
+	if err := kubenode.NodeReadiness(); err != nil {
 		fmt.Fprintln(os.Stderr, "demo-node: this machine cannot run a node:", err)
 		os.Exit(1)
 	}
@@ -92,7 +94,7 @@ func run() error {
 		return err
 	}
 	assets := filepath.Join(root, "_output", "bin")
-	if err := framework.CheckNodeBinaries(assets); err != nil {
+	if err := kubenode.CheckNodeBinaries(assets); err != nil {
 		return err
 	}
 	version, err := framework.ToolkitVersion(root)
@@ -101,37 +103,37 @@ func run() error {
 	}
 	ctx := context.Background()
 	fmt.Println("starting etcd, kube-apiserver, containerd, kubelet and gpuguard-agent …")
-	cp, err := framework.StartControlPlane(assets)
+	cp, err := controlplane.StartControlPlane(assets)
 	if err != nil {
 		return err
 	}
 	defer cp.Stop()
-	node, err := framework.StartNode(ctx, cp, framework.NodeOptions{Name: "gpu-node-1", RepoRoot: root, Assets: assets, ToolkitVersion: version})
+	node, err := kubenode.StartNode(ctx, cp, kubenode.NodeOptions{Name: "gpu-node-1", RepoRoot: root, Assets: assets, ToolkitVersion: version})
 	if err != nil {
 		return err
 	}
 	defer node.Stop(ctx)
 	for _, ns := range []string{unguardedNS, guardedNS} {
-		if err := framework.EnsureNamespace(ctx, cp, ns, nil); err != nil {
+		if err := controlplane.EnsureNamespace(ctx, cp, ns, nil); err != nil {
 			return err
 		}
 	}
 	fmt.Println("installing gpuguard with the default policy (namespace", unguardedNS, "left out) …")
-	in, err := framework.Install(ctx, cp, root, "gpuguard", string(config.DefaultYAML()), unguardedNS)
+	in, err := controlplane.Install(ctx, cp, root, "gpuguard", string(config.DefaultYAML()), unguardedNS)
 	if err != nil {
 		return err
 	}
 	defer in.Uninstall(ctx, cp)
-	if err := framework.WaitEnforcing(ctx, cp.Client, guardedNS, time.Minute); err != nil {
+	if err := controlplane.WaitEnforcing(ctx, cp.Client, guardedNS, time.Minute); err != nil {
 		return err
 	}
 	return table(ctx, node)
 }
 
-func table(ctx context.Context, node *framework.Node) error {
+func table(ctx context.Context, node *kubenode.Node) error {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "pod\tnode\twithout gpuguard\twith gpuguard\tverifier (admission bypassed)\n")
-	var applied *framework.NodeProfile
+	var applied *kubenode.NodeProfile
 	for i, r := range rows() {
 		if applied == nil || applied.String() != r.profile.String() {
 			fmt.Printf("configuring the node: %s …\n", r.profile)
@@ -159,7 +161,7 @@ func table(ctx context.Context, node *framework.Node) error {
 }
 
 // outcome runs a pod and says what its container could open.
-func outcome(ctx context.Context, node *framework.Node, ns string, pod *corev1.Pod) (string, error) {
+func outcome(ctx context.Context, node *kubenode.Node, ns string, pod *corev1.Pod) (string, error) {
 	report, _, err := node.RunProbe(ctx, ns, pod)
 	defer func() { _ = node.DeletePod(ctx, ns, pod.Name) }()
 	var status apierrors.APIStatus
@@ -181,7 +183,7 @@ func outcome(ctx context.Context, node *framework.Node, ns string, pod *corev1.P
 
 // verifierSees keeps the pod running where admission does not look, and says
 // what the agent's verifier reports about it within two of its passes.
-func verifierSees(ctx context.Context, node *framework.Node, ns string, pod *corev1.Pod) (string, error) {
+func verifierSees(ctx context.Context, node *kubenode.Node, ns string, pod *corev1.Pod) (string, error) {
 	_, err := node.StartHeldProbe(ctx, ns, pod)
 	defer func() { _ = node.DeletePod(ctx, ns, pod.Name) }()
 	if err != nil {

@@ -1,4 +1,4 @@
-package framework
+package kubenode
 
 import (
 	"context"
@@ -15,6 +15,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 )
 
 // NodeBinaries are the node stack's programs, built by hack/build-node.sh
@@ -32,7 +35,7 @@ type Node struct {
 	// MIGs are the MIG devices of the agent's backend in profiles with MIG.
 	MIGs []FakeMIG
 
-	cp       *ControlPlane
+	cp       *controlplane.ControlPlane
 	repoRoot string
 	assets   string
 	// ToolkitVersion is given to the agent, which cannot run nvidia-ctk here.
@@ -53,9 +56,9 @@ type Node struct {
 	kubeconfig                                        string
 	profile                                           *NodeProfile
 
-	containerd, kubelet, agent, kubeProxy *daemon
+	containerd, kubelet, agent, kubeProxy *framework.Daemon
 	// noopNRI, when running, is the node benchmark's reference NRI plugin.
-	noopNRI       *daemon
+	noopNRI       *framework.Daemon
 	noopNRIBinary string
 	// savedSysctls are the host's values of what the kubelet and the bridge
 	// plugin change, restored by Stop.
@@ -108,7 +111,7 @@ func CheckNodeBinaries(assets string) error {
 
 // StartNode prepares the fake GPUs and the images and starts containerd and
 // the kubelet. The agent starts with the first Apply.
-func StartNode(ctx context.Context, cp *ControlPlane, opts NodeOptions) (*Node, error) {
+func StartNode(ctx context.Context, cp *controlplane.ControlPlane, opts NodeOptions) (*Node, error) {
 	root, err := os.MkdirTemp("", "gpuguard-node-")
 	if err != nil {
 		return nil, err
@@ -122,7 +125,7 @@ func StartNode(ctx context.Context, cp *ControlPlane, opts NodeOptions) (*Node, 
 }
 
 func (n *Node) start(ctx context.Context) error {
-	ports, err := freePorts(3)
+	ports, err := framework.FreePorts(3)
 	if err != nil {
 		return err
 	}
@@ -139,7 +142,7 @@ func (n *Node) start(ctx context.Context) error {
 	if err := os.Mkdir(filepath.Join(n.Root, "run"), 0o711); err != nil {
 		return err
 	}
-	if n.agentBinary, err = BuildAgent(n.repoRoot, n.Root); err != nil {
+	if n.agentBinary, err = framework.BuildAgent(n.repoRoot, n.Root); err != nil {
 		return err
 	}
 	if err := n.claimDevicePluginDir(); err != nil {
@@ -263,7 +266,7 @@ func (n *Node) Logs() []string {
 func (n *Node) LogTails() string {
 	var b strings.Builder
 	for _, l := range n.Logs() {
-		fmt.Fprintf(&b, "==> %s <==\n%s\n", filepath.Base(l), Tail(l))
+		fmt.Fprintf(&b, "==> %s <==\n%s\n", filepath.Base(l), framework.Tail(l))
 	}
 	return b.String()
 }
@@ -285,7 +288,7 @@ func (n *Node) Apply(ctx context.Context, p NodeProfile) error {
 		return err
 	}
 	if restartContainerd {
-		if err := n.containerd.stop(30 * time.Second); err != nil {
+		if err := n.containerd.Stop(30 * time.Second); err != nil {
 			return err
 		}
 		if err := n.startContainerd(ctx); err != nil {
@@ -293,7 +296,7 @@ func (n *Node) Apply(ctx context.Context, p NodeProfile) error {
 		}
 	}
 	before, enforcers := n.registrations(), n.enforcerRegistrations()
-	if err := n.agent.stop(30 * time.Second); err != nil {
+	if err := n.agent.Stop(30 * time.Second); err != nil {
 		return err
 	}
 	if err := n.startAgent(p); err != nil {
@@ -308,7 +311,7 @@ func (n *Node) Apply(ctx context.Context, p NodeProfile) error {
 
 // StopAgent stops the agent, and with it the node enforcer and the
 // verifier, until StartAgent.
-func (n *Node) StopAgent() error { return n.agent.stop(30 * time.Second) }
+func (n *Node) StopAgent() error { return n.agent.Stop(30 * time.Second) }
 
 // StartAgent starts the agent again with the node's profile and waits
 // until it serves the kubelet and, where the profile runs it, the node
@@ -350,13 +353,13 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		"PATH=" + n.assets + ":" + os.Getenv("PATH"),
 	}
 	var err error
-	n.containerd, err = startDaemon("containerd", filepath.Join(n.Root, "log"), env,
+	n.containerd, err = framework.StartDaemon("containerd", filepath.Join(n.Root, "log"), env,
 		filepath.Join(n.assets, "containerd"), "--config", n.containerdConfigPath())
 	if err != nil {
 		return err
 	}
-	return Poll(ctx, time.Minute, func() (bool, error) {
-		if err := n.containerd.exited(); err != nil {
+	return framework.Poll(ctx, time.Minute, func() (bool, error) {
+		if err := n.containerd.Exited(); err != nil {
 			return false, err
 		}
 		return n.ctr(ctx, "version") == nil, nil
@@ -402,8 +405,8 @@ func (n *Node) stop(ctx context.Context) error {
 	if n.kubelet != nil && n.containerd != nil {
 		errs = append(errs, n.drain(ctx))
 	}
-	for _, d := range []*daemon{n.noopNRI, n.agent, n.kubeProxy, n.kubelet, n.containerd} {
-		errs = append(errs, d.stop(30*time.Second))
+	for _, d := range []*framework.Daemon{n.noopNRI, n.agent, n.kubeProxy, n.kubelet, n.containerd} {
+		errs = append(errs, d.Stop(30*time.Second))
 	}
 	killShims(n.Root)
 	unmountUnder(n.Root)
@@ -417,7 +420,7 @@ func (n *Node) drain(ctx context.Context) error {
 	if err := n.DeleteAllPods(ctx); err != nil {
 		return err
 	}
-	return Poll(ctx, 2*time.Minute, func() (bool, error) {
+	return framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
 		out, err := n.ctrOutput(ctx, "tasks", "ls", "-q")
 		return err == nil && strings.TrimSpace(out) == "", nil
 	})

@@ -1,4 +1,4 @@
-package framework
+package controlplane
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
 )
 
 // ReportsClient reads and writes OpenReports objects on cp.
@@ -56,7 +58,7 @@ func InstallOpenReportsCRDs(ctx context.Context, cp *ControlPlane, repoRoot stri
 			return remove, err
 		}
 		created = append(created, crd)
-		if err := Poll(ctx, time.Minute, func() (bool, error) { return established(ctx, c, crd.Name), nil }); err != nil {
+		if err := framework.Poll(ctx, time.Minute, func() (bool, error) { return established(ctx, c, crd.Name), nil }); err != nil {
 			return remove, fmt.Errorf("CRD %s not established: %w", crd.Name, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package framework
+package controlplane
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
 )
 
 // ControlPlane is a running etcd and kube-apiserver: envtest's
@@ -166,5 +168,5 @@ func (cp *ControlPlane) Metrics(ctx context.Context) (map[string]float64, error)
 	if err != nil {
 		return nil, err
 	}
-	return parseMetrics(bytes.NewReader(raw))
+	return framework.ParseMetrics(bytes.NewReader(raw))
 }

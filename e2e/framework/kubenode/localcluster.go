@@ -1,4 +1,4 @@
-package framework
+package kubenode
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"helm.sh/helm/v3/pkg/registry"
 
+	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 	"github.com/gpuguard/gpuguard/tools/release"
 )
 
@@ -25,10 +27,10 @@ import (
 // which the node is not until a test labels it, and serves them only with
 // the mock backend (no NVIDIA driver here).
 type LocalCluster struct {
-	CP       *ControlPlane
+	CP       *controlplane.ControlPlane
 	Node     *Node
 	Assets   string
-	Registry *Registry
+	Registry *controlplane.Registry
 	// Published is what the registry holds.
 	Published Published
 
@@ -54,11 +56,11 @@ func StartLocalCluster(ctx context.Context, repoRoot, nodeName string) (*LocalCl
 	if err := CheckNodeBinaries(assets); err != nil {
 		return nil, err
 	}
-	version, err := ToolkitVersion(repoRoot)
+	version, err := framework.ToolkitVersion(repoRoot)
 	if err != nil {
 		return nil, err
 	}
-	cp, err := StartClusterControlPlane(ctx, assets)
+	cp, err := controlplane.StartClusterControlPlane(ctx, assets)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +82,7 @@ func StartLocalCluster(ctx context.Context, repoRoot, nodeName string) (*LocalCl
 // gpuguard's images and chart there with the release tooling.
 func (lc *LocalCluster) publish(ctx context.Context, repoRoot string) error {
 	dir := filepath.Join(lc.Node.Root, "release")
-	reg, err := StartRegistry(lc.Node.Root)
+	reg, err := controlplane.StartRegistry(lc.Node.Root)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package framework
+package controlplane
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
 )
 
 // KWOK is sigs.k8s.io/kwok's controller, built from pinned sources by
@@ -16,7 +18,7 @@ import (
 // plane: every Node is Ready with a Lease heartbeat, every pod bound to one
 // Running, with the "fast" stages of its module (assets/kwok-stages.yaml).
 type KWOK struct {
-	d *daemon
+	d *framework.Daemon
 	// Log is its output.
 	Log string
 }
@@ -33,7 +35,7 @@ func StartKWOK(cp *ControlPlane, assets string) (*KWOK, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := startDaemon("kwok", cp.Dir(), nil, filepath.Join(assets, "kwok"),
+	d, err := framework.StartDaemon("kwok", cp.Dir(), nil, filepath.Join(assets, "kwok"),
 		"--kubeconfig", kubeconfig, "--config", stages, "--manage-all-nodes=true",
 		"--node-lease-duration-seconds=40", "--server-address=127.0.0.1:0",
 		// Room for a pod address each at 30,000 pods.
@@ -45,12 +47,12 @@ func StartKWOK(cp *ControlPlane, assets string) (*KWOK, error) {
 }
 
 // Stop stops KWOK.
-func (k *KWOK) Stop() error { return k.d.stop(10 * time.Second) }
+func (k *KWOK) Stop() error { return k.d.Stop(10 * time.Second) }
 
 // WaitNodesReady waits until want Nodes are Ready.
 func (k *KWOK) WaitNodesReady(ctx context.Context, cp *ControlPlane, want int, timeout time.Duration) error {
-	return Poll(ctx, timeout, func() (bool, error) {
-		if err := k.d.exited(); err != nil {
+	return framework.Poll(ctx, timeout, func() (bool, error) {
+		if err := k.d.Exited(); err != nil {
 			return false, err
 		}
 		nodes, err := cp.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})

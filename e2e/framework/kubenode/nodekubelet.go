@@ -1,4 +1,4 @@
-package framework
+package kubenode
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
 )
 
 // StartKubelet starts the kubelet and waits until it serves and its Node
@@ -33,12 +35,12 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 		args = append(args, "--node-ip", n.cp.Network.NodeIP.String())
 	}
 	var err error
-	n.kubelet, err = startDaemon("kubelet", filepath.Join(n.Root, "log"), nil, filepath.Join(n.assets, "kubelet"), args...)
+	n.kubelet, err = framework.StartDaemon("kubelet", filepath.Join(n.Root, "log"), nil, filepath.Join(n.assets, "kubelet"), args...)
 	if err != nil {
 		return err
 	}
-	return Poll(ctx, 2*time.Minute, func() (bool, error) {
-		if err := n.kubelet.exited(); err != nil {
+	return framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
+		if err := n.kubelet.Exited(); err != nil {
 			return false, err
 		}
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", n.kubeletHealthzPort))
@@ -55,7 +57,7 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 // crash would; the agent must notice and register again.
 func (n *Node) RestartKubelet(ctx context.Context) error {
 	before := n.registrations()
-	if err := n.kubelet.stop(30 * time.Second); err != nil {
+	if err := n.kubelet.Stop(30 * time.Second); err != nil {
 		return err
 	}
 	if err := n.StartKubelet(ctx); err != nil {
@@ -67,7 +69,7 @@ func (n *Node) RestartKubelet(ctx context.Context) error {
 // waitAllocatable waits for a node status reported after since that offers
 // every GPU: a status from before could predate a plugin restart.
 func (n *Node) waitAllocatable(ctx context.Context, since time.Time) error {
-	return Poll(ctx, time.Minute, func() (bool, error) {
+	return framework.Poll(ctx, time.Minute, func() (bool, error) {
 		node, err := n.cp.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil

@@ -1,4 +1,4 @@
-package framework
+package kubenode
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
 )
 
 // ProbeReport is what the probe container saw (see images/probe).
@@ -72,7 +74,7 @@ func (n *Node) RunProbe(ctx context.Context, ns string, pod *corev1.Pod) (ProbeR
 		return ProbeReport{}, nil, err
 	}
 	var done *corev1.Pod
-	err = Poll(ctx, 2*time.Minute, func() (bool, error) {
+	err = framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
 		p, err := pods.Get(ctx, created.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -101,7 +103,7 @@ func (n *Node) RunProbeContainer(ctx context.Context, ns string, pod *corev1.Pod
 	}
 	var done *corev1.Pod
 	var ended *corev1.ContainerStateTerminated
-	err = Poll(ctx, 2*time.Minute, func() (bool, error) {
+	err = framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
 		p, err := pods.Get(ctx, created.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -224,7 +226,7 @@ func (n *Node) StartHeldProbe(ctx context.Context, ns string, pod *corev1.Pod) (
 		return nil, err
 	}
 	var running *corev1.Pod
-	err = Poll(ctx, 2*time.Minute, func() (bool, error) {
+	err = framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
 		p, err := pods.Get(ctx, created.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil

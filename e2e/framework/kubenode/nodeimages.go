@@ -1,4 +1,4 @@
-package framework
+package kubenode
 
 import (
 	"archive/tar"
@@ -49,12 +49,12 @@ type testImage struct {
 
 func testImages() []testImage {
 	return []testImage{
-		{ref: PauseImage, pkg: "./e2e/framework/images/pause", binary: "/pause"},
+		{ref: PauseImage, pkg: "./e2e/framework/kubenode/images/pause", binary: "/pause"},
 		// The probe carries the variables of a CUDA base image: without
 		// anything else, the NVIDIA runtime gives such a container every GPU.
-		{ref: ProbeImage, pkg: "./e2e/framework/images/probe", binary: "/probe",
+		{ref: ProbeImage, pkg: "./e2e/framework/kubenode/images/probe", binary: "/probe",
 			env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}},
-		{ref: RootGroupProbeImage, pkg: "./e2e/framework/images/probe", binary: "/probe", files: map[string][]byte{
+		{ref: RootGroupProbeImage, pkg: "./e2e/framework/kubenode/images/probe", binary: "/probe", files: map[string][]byte{
 			"etc/passwd": []byte("root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:0:nobody:/nonexistent:/sbin/nologin\n"),
 			"etc/group":  []byte("root:x:0:nobody\nnogroup:x:65534:\n"),
 		}},

@@ -1,16 +1,15 @@
-package framework
+package kubenode
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
 )
 
 // startAgent runs the agent on the mock GPUs with its device plugin on,
@@ -46,7 +45,7 @@ func (n *Node) startAgent(p NodeProfile) error {
 			verifyArgs = append(verifyArgs, "--enforcer-lease-namespace", n.agentNamespace)
 		}
 	}
-	n.agent, err = startDaemon("gpuguard-agent", filepath.Join(n.Root, "log"), nil, n.agentBinary, append(args, verifyArgs...)...)
+	n.agent, err = framework.StartDaemon("gpuguard-agent", filepath.Join(n.Root, "log"), nil, n.agentBinary, append(args, verifyArgs...)...)
 	return err
 }
 
@@ -71,14 +70,14 @@ func (n *Node) waitEnforcer(ctx context.Context, p NodeProfile, before int) erro
 	if !p.Enforce || os.Getenv(WithoutGPUGuardEnv) == "1" {
 		return nil
 	}
-	err := Poll(ctx, time.Minute, func() (bool, error) {
-		if err := n.agent.exited(); err != nil {
+	err := framework.Poll(ctx, time.Minute, func() (bool, error) {
+		if err := n.agent.Exited(); err != nil {
 			return false, err
 		}
 		return n.enforcerRegistrations() > before, nil
 	})
 	if err != nil {
-		return fmt.Errorf("node enforcer: %w\n%s", err, Tail(n.agent.Log))
+		return fmt.Errorf("node enforcer: %w\n%s", err, framework.Tail(n.agent.Log))
 	}
 	return nil
 }
@@ -125,7 +124,7 @@ func (n *Node) AgentLogTail() string {
 	if n.agent == nil {
 		return "(no agent running)"
 	}
-	return Tail(n.agent.Log)
+	return framework.Tail(n.agent.Log)
 }
 
 // registrations counts the agent's successful registrations so far.
@@ -140,14 +139,14 @@ func (n *Node) registrations() int {
 // waitRegistered waits until the agent has registered again since before
 // registrations, then until the kubelet offers every GPU.
 func (n *Node) waitRegistered(ctx context.Context, before int) error {
-	err := Poll(ctx, 2*time.Minute, func() (bool, error) {
-		if err := n.agent.exited(); err != nil {
+	err := framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
+		if err := n.agent.Exited(); err != nil {
 			return false, err
 		}
 		return n.registrations() > before, nil
 	})
 	if err != nil {
-		return fmt.Errorf("agent registration: %w\n%s", err, Tail(n.agent.Log))
+		return fmt.Errorf("agent registration: %w\n%s", err, framework.Tail(n.agent.Log))
 	}
 	return n.waitAllocatable(ctx, time.Now())
 }
@@ -155,47 +154,7 @@ func (n *Node) waitRegistered(ctx context.Context, before int) error {
 // AgentMetrics returns the agent's metrics: sample name with labels, as
 // exposed, to value.
 func (n *Node) AgentMetrics(ctx context.Context) (map[string]float64, error) {
-	return scrape(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", n.agentMetricsPort))
-}
-
-// Scrape reads a Prometheus endpoint.
-func Scrape(ctx context.Context, url string) (map[string]float64, error) { return scrape(ctx, url) }
-
-// scrape reads a Prometheus endpoint.
-func scrape(ctx context.Context, url string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	return parseMetrics(resp.Body)
-}
-
-// parseMetrics reads the Prometheus text format's samples.
-func parseMetrics(r io.Reader) (map[string]float64, error) {
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		out[line[:i]] = v
-	}
-	return out, sc.Err()
+	return framework.Scrape(ctx, fmt.Sprintf("http://127.0.0.1:%d/metrics", n.agentMetricsPort))
 }
 
 // ChartAgentArgs are the extra arguments the chart's agent DaemonSet needs

@@ -1,4 +1,4 @@
-package framework
+package controlplane
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
 )
 
 // WebhookConfigurations are gpuguard's two admission configurations.
@@ -83,7 +85,7 @@ func (w *WebhookConfigurations) RemoveMutating(ctx context.Context, c kubernetes
 func WaitEnforcing(ctx context.Context, c kubernetes.Interface, namespace string, timeout time.Duration) error {
 	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gpuguard-probe"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "busybox"}}}}
-	return Poll(ctx, timeout, func() (bool, error) {
+	return framework.Poll(ctx, timeout, func() (bool, error) {
 		p, err := c.CoreV1().Pods(namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			return false, nil

@@ -1,4 +1,4 @@
-package framework
+package controlplane
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpuguard/gpuguard/e2e/framework"
 	"github.com/gpuguard/gpuguard/testsupport/testcerts"
 )
 
@@ -39,7 +40,7 @@ const WebhookMemoryLimit = 256 << 20
 func Install(ctx context.Context, cp *ControlPlane, repoRoot, namespace, policyYAML string, excluded ...string) (*Installation, error) {
 	in := &Installation{Namespace: namespace, CertDir: filepath.Join(cp.Dir(), "certs")}
 	var err error
-	if in.Binary, err = BuildGPUGuard(repoRoot, cp.Dir()); err != nil {
+	if in.Binary, err = framework.BuildGPUGuard(repoRoot, cp.Dir()); err != nil {
 		return nil, err
 	}
 	if err := EnsureNamespace(ctx, cp, namespace, nil); err != nil {
@@ -82,7 +83,7 @@ func (in *Installation) StartWebhook(ctx context.Context) error {
 		return err
 	}
 	if err := in.Webhook.WaitReady(ctx, 2*time.Minute); err != nil {
-		return fmt.Errorf("%w\nwebhook log:\n%s", err, Tail(in.Webhook.Log))
+		return fmt.Errorf("%w\nwebhook log:\n%s", err, framework.Tail(in.Webhook.Log))
 	}
 	return nil
 }
@@ -124,13 +125,4 @@ func EnsureNamespace(ctx context.Context, cp *ControlPlane, name string, labels 
 		return nil
 	}
 	return err
-}
-
-// Tail returns the end of a log file, for error messages.
-func Tail(path string) string {
-	data, _ := os.ReadFile(path)
-	if len(data) > 6000 {
-		data = data[len(data)-6000:]
-	}
-	return string(data)
 }

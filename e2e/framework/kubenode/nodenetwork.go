@@ -1,4 +1,4 @@
-package framework
+package kubenode
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/controlplane"
 )
 
 // A node of a whole cluster (StartClusterControlPlane) wires its pods as a
@@ -23,7 +26,7 @@ const cniConfigName = "10-gpuguard-e2e.conflist"
 
 // cniConfig is a bridge network on the cluster's pod range: the bridge is
 // the pods' gateway, so pods reach the host and, through kube-proxy, Services.
-func (n *Node) cniConfig(network ClusterNetwork) ([]byte, error) {
+func (n *Node) cniConfig(network controlplane.ClusterNetwork) ([]byte, error) {
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       "gpuguard-e2e",
@@ -88,21 +91,21 @@ func (n *Node) startKubeProxy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ports, err := freePorts(2)
+	ports, err := framework.FreePorts(2)
 	if err != nil {
 		return err
 	}
 	if err := writeFile(n.kubeProxyConfigPath(), n.kubeProxyConfig(kubeconfig, ports[0], ports[1])); err != nil {
 		return err
 	}
-	n.kubeProxy, err = startDaemon("kube-proxy", filepath.Join(n.Root, "log"), nil,
+	n.kubeProxy, err = framework.StartDaemon("kube-proxy", filepath.Join(n.Root, "log"), nil,
 		filepath.Join(n.assets, "kube-proxy"), "--config", n.kubeProxyConfigPath(), "--v", "2")
 	if err != nil {
 		return err
 	}
 	client := &http.Client{Timeout: 5 * time.Second}
-	return Poll(ctx, 2*time.Minute, func() (bool, error) {
-		if err := n.kubeProxy.exited(); err != nil {
+	return framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
+		if err := n.kubeProxy.Exited(); err != nil {
 			return false, err
 		}
 		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[0]))

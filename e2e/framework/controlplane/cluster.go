@@ -1,4 +1,4 @@
-package framework
+package controlplane
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/gpuguard/gpuguard/e2e/framework"
 	"github.com/gpuguard/gpuguard/testsupport/testcerts"
 )
 
@@ -83,11 +84,11 @@ func (p clusterPKI) path(name string) string { return filepath.Join(p.dir, name)
 // start order.
 type controlPlaneProcesses struct {
 	logDir  string
-	daemons []*daemon
+	daemons []*framework.Daemon
 }
 
-func (c *controlPlaneProcesses) start(name, bin string, args ...string) (*daemon, error) {
-	d, err := startDaemon(name, c.logDir, nil, bin, args...)
+func (c *controlPlaneProcesses) start(name, bin string, args ...string) (*framework.Daemon, error) {
+	d, err := framework.StartDaemon(name, c.logDir, nil, bin, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +100,7 @@ func (c *controlPlaneProcesses) start(name, bin string, args ...string) (*daemon
 func (c *controlPlaneProcesses) stop() error {
 	var errs []error
 	for i := len(c.daemons) - 1; i >= 0; i-- {
-		errs = append(errs, c.daemons[i].stop(30*time.Second))
+		errs = append(errs, c.daemons[i].Stop(30*time.Second))
 	}
 	c.daemons = nil
 	return errors.Join(errs...)
@@ -110,8 +111,8 @@ func (c *controlPlaneProcesses) stopNamed(names ...string) error {
 	var errs []error
 	kept := c.daemons[:0]
 	for _, d := range c.daemons {
-		if slices.Contains(names, d.name) {
-			errs = append(errs, d.stop(30*time.Second))
+		if slices.Contains(names, d.Name) {
+			errs = append(errs, d.Stop(30*time.Second))
 			continue
 		}
 		kept = append(kept, d)
@@ -122,16 +123,17 @@ func (c *controlPlaneProcesses) stopNamed(names ...string) error {
 
 // restart stops the named daemon and starts it again with the same
 // command, in the same place of the start order.
-func (c *controlPlaneProcesses) restart(name string) (*daemon, error) {
-	i := slices.IndexFunc(c.daemons, func(d *daemon) bool { return d.name == name })
+func (c *controlPlaneProcesses) restart(name string) (*framework.Daemon, error) {
+	i := slices.IndexFunc(c.daemons, func(d *framework.Daemon) bool { return d.Name == name })
 	if i < 0 {
 		return nil, fmt.Errorf("no %s runs", name)
 	}
 	old := c.daemons[i]
-	if err := old.stop(30 * time.Second); err != nil {
+	if err := old.Stop(30 * time.Second); err != nil {
 		return nil, err
 	}
-	d, err := startDaemon(name, c.logDir, nil, old.cmd.Path, old.cmd.Args[1:]...)
+	bin, args := old.Command()
+	d, err := framework.StartDaemon(name, c.logDir, nil, bin, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +184,7 @@ func (cp *ControlPlane) startCluster(ctx context.Context, assets string, procs *
 	if err != nil {
 		return err
 	}
-	ports, err := freePorts(5)
+	ports, err := framework.FreePorts(5)
 	if err != nil {
 		return err
 	}
@@ -313,7 +315,7 @@ func apiserverArgs(pki clusterPKI, network ClusterNetwork, etcdURL string, port 
 
 // connect waits until the API server is ready and makes the administrator's
 // client.
-func (cp *ControlPlane) connect(ctx context.Context, apiserver *daemon) error {
+func (cp *ControlPlane) connect(ctx context.Context, apiserver *framework.Daemon) error {
 	data, err := cp.kubeconfig("e2e-admin", "system:masters")
 	if err != nil {
 		return err
@@ -329,9 +331,9 @@ func (cp *ControlPlane) connect(ctx context.Context, apiserver *daemon) error {
 }
 
 // waitReady waits until the API server says it is ready.
-func (cp *ControlPlane) waitReady(ctx context.Context, apiserver *daemon) error {
-	return Poll(ctx, 3*time.Minute, func() (bool, error) {
-		if err := apiserver.exited(); err != nil {
+func (cp *ControlPlane) waitReady(ctx context.Context, apiserver *framework.Daemon) error {
+	return framework.Poll(ctx, 3*time.Minute, func() (bool, error) {
+		if err := apiserver.Exited(); err != nil {
 			return false, err
 		}
 		body, err := cp.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
@@ -369,9 +371,9 @@ func (cp *ControlPlane) startControllers(procs *controlPlaneProcesses, assets st
 // cluster: the default service account and the root CA ConfigMap that pods
 // mount with their token.
 func (cp *ControlPlane) waitControllers(ctx context.Context, procs *controlPlaneProcesses) error {
-	return Poll(ctx, 2*time.Minute, func() (bool, error) {
+	return framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
 		for _, d := range procs.daemons {
-			if err := d.exited(); err != nil {
+			if err := d.Exited(); err != nil {
 				return false, err
 			}
 		}
@@ -390,7 +392,7 @@ func (cp *ControlPlane) LogTails() string {
 	logs, _ := filepath.Glob(filepath.Join(cp.logs, "*.log"))
 	var b strings.Builder
 	for _, l := range logs {
-		fmt.Fprintf(&b, "==> %s <==\n%s\n", filepath.Base(l), Tail(l))
+		fmt.Fprintf(&b, "==> %s <==\n%s\n", filepath.Base(l), framework.Tail(l))
 	}
 	return b.String()
 }
@@ -427,7 +429,7 @@ func hostIP(network ClusterNetwork) (net.IP, error) {
 // WaitNodeReady waits until the node reports Ready: on a cluster, its
 // runtime's network (CNI) is up.
 func (cp *ControlPlane) WaitNodeReady(ctx context.Context, name string) error {
-	return Poll(ctx, 2*time.Minute, func() (bool, error) {
+	return framework.Poll(ctx, 2*time.Minute, func() (bool, error) {
 		node, err := cp.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
