@@ -239,7 +239,7 @@ func installChartPolicy(t *testing.T, ctx context.Context, golden, name string) 
 func TestCoverageLeasesOnlyTheirAgent(t *testing.T) {
 	ctx := context.Background()
 	grantAgent(t, ctx)
-	if err := framework.EnsureNamespace(ctx, s.cp, chartNamespace, nil); err != nil {
+	if err := controlplane.EnsureNamespace(ctx, s.cp, chartNamespace, nil); err != nil {
 		t.Fatal(err)
 	}
 	write := func(c kubernetes.Interface, prefix, node string, seconds int32) error {

@@ -12,7 +12,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/gpuguard/gpuguard/e2e/framework"
+	"github.com/gpuguard/gpuguard/e2e/framework/kubenode"
 )
 
 // testEnforcedProtectedEnv: a pod without a GPU limit whose env sets
@@ -53,7 +53,7 @@ func testEnforcedDeviceByNumber(t *testing.T) {
 	gpu := s.node.GPUs[len(s.node.GPUs)-1]
 	id, err := sb.runtime.CreateContainer(ctx, sb.id, &runtimeapi.ContainerConfig{
 		Metadata: &runtimeapi.ContainerMetadata{Name: "gpu-b"},
-		Image:    &runtimeapi.ImageSpec{Image: framework.ProbeImage},
+		Image:    &runtimeapi.ImageSpec{Image: kubenode.ProbeImage},
 		LogPath:  "gpu-b.log",
 		Devices:  []*runtimeapi.Device{{ContainerPath: "/dev/gpu-b", HostPath: gpu.Node, Permissions: "rw"}},
 	}, sb.config)
@@ -99,7 +99,7 @@ func testEnforcedWildcardRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	id, err := sb.create(ctx, "wildcard-rule", framework.ProbeImage)
+	id, err := sb.create(ctx, "wildcard-rule", kubenode.ProbeImage)
 	if id != "" {
 		_ = sb.runtime.RemoveContainer(ctx, id)
 	}
