@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 	binary = filepath.Join(dir, "gpuguard")
 	// Built as make build-gpuguard builds it (static, -trimpath), so that the
 	// build cache serves both.
-	build := exec.Command("go", "build", "-trimpath", "-o", binary, ".")
+	build := exec.Command("go", "build", "-trimpath", "-o", binary, "./cmd/gpuguard")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		panic("building gpuguard: " + err.Error() + "\n" + string(out))

@@ -15,9 +15,9 @@ import (
 	"time"
 )
 
-// BuildGPUGuard builds the static gpuguard binary from the repository's main.go.
+// BuildGPUGuard builds the static gpuguard binary (./cmd/gpuguard).
 func BuildGPUGuard(repoRoot, outDir string) (string, error) {
-	return buildBinary(repoRoot, outDir, "gpuguard", ".", false)
+	return buildBinary(repoRoot, outDir, "gpuguard", "./cmd/gpuguard", false)
 }
 
 // BuildAgent builds gpuguard-agent (cgo, for NVML) into outDir.

@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"fmt"
@@ -10,7 +10,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gpuguard/gpuguard/cel"
-	"github.com/gpuguard/gpuguard/internal/cli/memlimit"
 	"github.com/gpuguard/gpuguard/internal/kubeconfig"
 	"github.com/gpuguard/gpuguard/internal/logging"
 	"github.com/gpuguard/gpuguard/webhook"
@@ -119,7 +118,7 @@ func (f *webhookFlags) run(cmd *cobra.Command) error {
 	}
 	logging.Install(log)
 	f.opts.Log = log
-	memlimit.Set(log)
+	setMemoryLimit(log)
 	if f.opts.PolicyFile == "" {
 		if f.opts.PolicyConfigMap, err = namespacedName("--policy-configmap", f.policyConfigMap); err != nil {
 			return &exitError{exitUsage, err.Error()}
