@@ -29,7 +29,7 @@ func startBenchServer(b *testing.B) *server {
 	dir := b.TempDir()
 	pool := writeTestCerts(b, dir)
 	port := freePort(b)
-	o := Options{Host: "127.0.0.1", Port: port, CertDir: dir, CertName: "tls.crt", KeyName: "tls.key", Log: logr.Discard()}
+	o := testConfig(dir, port, "", "")
 	source := loadedSource(b, "")
 	srv := newWebhookServer(o)
 	m := NewMetrics()

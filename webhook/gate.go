@@ -37,15 +37,23 @@ func DefaultLimits() Limits {
 	return Limits{MaxReviews: 256, MaxReviewBytes: 16 << 20, Wait: 250 * time.Millisecond, BodyRead: 2 * time.Second}
 }
 
-// Validate rejects limits that would turn every review away.
-func (l Limits) Validate() error {
+// validate rejects limits that would turn every review away, as
+// Config.Validate's FieldErrors.
+func (l Limits) validate() []error {
+	var errs []error
 	if l.MaxReviews < 1 {
-		return fmt.Errorf("--max-inflight-reviews=%d: want at least 1", l.MaxReviews)
+		errs = append(errs, &FieldError{"limits.maxReviews", fmt.Sprintf("%d: want at least 1", l.MaxReviews)})
 	}
 	if l.MaxReviewBytes < maxReviewBytes {
-		return fmt.Errorf("--max-inflight-review-bytes=%d: want at least %d, the largest review accepted", l.MaxReviewBytes, maxReviewBytes)
+		errs = append(errs, &FieldError{"limits.maxReviewBytes", fmt.Sprintf("%d: want at least %d, the largest review accepted", l.MaxReviewBytes, maxReviewBytes)})
 	}
-	return nil
+	if l.Wait < 0 {
+		errs = append(errs, &FieldError{"limits.wait", fmt.Sprintf("%s: must not be negative", l.Wait)})
+	}
+	if l.BodyRead < 0 {
+		errs = append(errs, &FieldError{"limits.bodyRead", fmt.Sprintf("%s: must not be negative", l.BodyRead)})
+	}
+	return errs
 }
 
 // gate answers an HTTP error, never an admission verdict, when the webhook
