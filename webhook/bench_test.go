@@ -31,7 +31,7 @@ func startBenchServer(b *testing.B) *server {
 	port := freePort(b)
 	o := testConfig(dir, port, "", "")
 	source := loadedSource(b, "")
-	srv := newWebhookServer(o)
+	srv := newReviewServer(o.Serving, o.Limits, logr.Discard())
 	m := NewMetrics()
 	registerHandlers(srv, newGate(DefaultLimits(), source.Loaded, nil, m), func(phase policy.Phase) *Handler {
 		return &Handler{Phase: phase, Policies: source, Metrics: m, Log: logr.Discard()}

@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/gpuguard/gpuguard/config"
@@ -83,7 +82,7 @@ func Run(ctx context.Context, o Config) error {
 		return runController(ctx, mgr, o, source)
 	}
 	serveCtx := afterDelay(ctx, o.Serving.ShutdownDelay)
-	srv := newWebhookServer(o)
+	srv := newReviewServer(o.Serving, o.Limits, o.Log.WithName("server"))
 	g := newGate(o.Limits, source.Loaded, serveCtx.Done(), m)
 	g.draining = ctx.Done()
 	registerHandlers(srv, g, func(phase policy.Phase) *Handler {
@@ -254,15 +253,8 @@ func tlsOptions(enableHTTP2 bool) []func(*tls.Config) {
 	}}
 }
 
-func newWebhookServer(o Config) ctrlwebhook.Server {
-	return ctrlwebhook.NewServer(ctrlwebhook.Options{
-		Host: o.Serving.Host, Port: o.Serving.Port, CertDir: o.Serving.CertDir, CertName: o.Serving.CertName, KeyName: o.Serving.KeyName,
-		TLSOpts: tlsOptions(o.Serving.EnableHTTP2),
-	})
-}
-
 // registerHandlers puts the two phases on the server, behind the gate.
-func registerHandlers(srv ctrlwebhook.Server, g *gate, handler func(policy.Phase) *Handler) {
+func registerHandlers(srv interface{ Register(string, http.Handler) }, g *gate, handler func(policy.Phase) *Handler) {
 	for path, phase := range map[string]policy.Phase{MutatePath: policy.Mutating, ValidatePath: policy.Validating} {
 		hook := &admission.Webhook{Handler: handler(phase)}
 		srv.Register(path, g.wrap(requireRequest(withRequestTimeout(hook))))
@@ -271,7 +263,7 @@ func registerHandlers(srv ctrlwebhook.Server, g *gate, handler func(policy.Phase
 
 // afterPolicy starts the server once the first policy is loaded: before it,
 // the API server finds the port closed and its failure policy applies.
-func afterPolicy(srv ctrlwebhook.Server, source *policysource.Source) manager.Runnable {
+func afterPolicy(srv manager.Runnable, source *policysource.Source) manager.Runnable {
 	return manager.RunnableFunc(func(ctx context.Context) error {
 		select {
 		case <-source.FirstLoad():

@@ -70,6 +70,12 @@ func testConfig(dir string, port int, policyFile, probeAddr string) Config {
 
 func startServer(t testing.TB, policyFile string) *server {
 	t.Helper()
+	return startServerWith(t, policyFile, nil)
+}
+
+// startServerWith starts a server whose configuration edit has changed.
+func startServerWith(t testing.TB, policyFile string, edit func(*Config)) *server {
+	t.Helper()
 	dir := t.TempDir()
 	pool := writeTestCerts(t, dir)
 	port, probePort := freePort(t), freePort(t)
@@ -81,7 +87,11 @@ func startServer(t testing.TB, policyFile string) *server {
 		pool:   pool, cancel: cancel, done: make(chan error, 1),
 	}
 	go func() {
-		s.done <- Run(ctx, testConfig(dir, port, policyFile, fmt.Sprintf("127.0.0.1:%d", probePort)))
+		c := testConfig(dir, port, policyFile, fmt.Sprintf("127.0.0.1:%d", probePort))
+		if edit != nil {
+			edit(&c)
+		}
+		s.done <- Run(ctx, c)
 	}()
 	t.Cleanup(func() { s.stop(t) })
 	s.waitReady(t)

@@ -51,6 +51,10 @@ var settingFlags = map[string]string{
 	"limits.maxReviews":                "max-inflight-reviews",
 	"limits.maxReviewBytes":            "max-inflight-review-bytes",
 	"limits.wait":                      "overload-wait",
+	"limits.maxHeaderBytes":            "max-header-bytes",
+	"limits.readHeaderTimeout":         "read-header-timeout",
+	"limits.idleTimeout":               "idle-timeout",
+	"limits.maxConnections":            "max-connections",
 }
 
 func newWebhookCommand() *cobra.Command {
@@ -147,6 +151,11 @@ func (f *webhookFlags) addFlags(fl *pflag.FlagSet) {
 	fl.Var(positiveIntValue[int64]{&c.Limits.MaxReviews, 1}, "max-inflight-reviews", "reviews worked on at once; more wait up to --overload-wait, then get HTTP 429, which the failure policy handles")
 	fl.Var(positiveIntValue[int64]{&c.Limits.MaxReviewBytes, 1}, "max-inflight-review-bytes", "review body bytes worked on at once (a review of the largest pod the API server stores is about 3 MiB, and costs about ten times that to judge)")
 	fl.Var(durationValue{&c.Limits.Wait, 0}, "overload-wait", "how long a review waits for room under the limits above")
+
+	fl.Var(positiveIntValue[int]{&c.Limits.MaxHeaderBytes, 1}, "max-header-bytes", "request line and header bytes a request may send; more get HTTP 431 (the API server's AdmissionReview requests carry well under 1 KiB)")
+	fl.Var(durationValue{&c.Limits.ReadHeaderTimeout, time.Millisecond}, "read-header-timeout", "how long a connection has for its TLS handshake, and each request for its request line and headers; a sender that stalls is cut off")
+	fl.Var(durationValue{&c.Limits.IdleTimeout, time.Millisecond}, "idle-timeout", "how long a keep-alive connection may wait idle for its next request")
+	fl.Var(positiveIntValue[int]{&c.Limits.MaxConnections, 1}, "max-connections", "connections served at once; more wait in the kernel's accept queue until one closes")
 
 	f.kube.AddFlags(fl)
 	f.logging.AddFlags(fl)
