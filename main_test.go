@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 	binary = filepath.Join(dir, "gpuguard")
 	// Built as make build-gpuguard builds it (static, -trimpath), so that the
 	// build cache serves both.
-	build := exec.Command("go", "build", "-trimpath", "-o", binary, ".")
+	build := exec.Command("go", "build", "-trimpath", "-o", binary, "./cmd/gpuguard")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		panic("building gpuguard: " + err.Error() + "\n" + string(out))
@@ -208,10 +208,18 @@ func TestCheckExitStatus(t *testing.T) {
 		{"quiet", plainPod + "---\n" + leakPod + "---\n" + strings.Replace(plainPod, "plain", "other", 1), []string{"check", "-q", "-"}, 1, "3 objects: 0 allowed, 2 mutated", ""},
 		{"bad mode", plainPod, []string{"check", "--mode", "strict", "-"}, 2, "", `--mode "strict"`},
 		{"unknown flag", "", []string{"check", "--colour", "-"}, 2, "", "unknown flag: --colour"},
-		{"cert dir without a Secret", "", []string{"webhook", "--policy-file", "--write-cert-dir"}, 2, "", "--write-cert-dir writes the certificates of --cert-secret"},
-		{"audit too often", "", []string{"webhook", "--policy-file", "--audit-interval", "5s"}, 2, "", "--audit-interval 5s: use 0 (off) or at least 10s"},
-		{"audit without an API server", "", []string{"webhook", "--policy-file", "--audit-interval", "1m"}, 2, "", "--audit-interval needs an API server"},
-		{"reports without audit", "", []string{"webhook", "--policy-file", "--audit-reports"}, 2, "", "--audit-reports writes the background audit's results; set --audit-interval"},
+		{"cert dir without a Secret", "", []string{"webhook", "--policy-file", "--write-cert-dir"}, 2, "", "--write-cert-dir (certificates.writeDir): writes the certificates of certificates.secret"},
+		{"audit too often", "", []string{"webhook", "--policy-file", "--audit-interval", "5s"}, 2, "", "--audit-interval (audit.interval): 5s: use 0 (off) or at least 10s"},
+		{"audit without an API server", "", []string{"webhook", "--policy-file", "--audit-interval", "1m"}, 2, "", "--audit-interval (audit.interval): needs an API server"},
+		{"reports without audit", "", []string{"webhook", "--policy-file", "--audit-reports"}, 2, "", "--audit-reports (audit.reports): writes the background audit's results; set audit.interval"},
+		{"every bad setting at once", "", []string{"webhook", "--policy-file", "--audit-reports", "--write-cert-dir"}, 2, "", "--write-cert-dir (certificates.writeDir)"},
+		{"inject-void maybe", "", []string{"webhook", "--policy-file", "--inject-void=maybe"}, 2, "", `invalid argument "maybe" for "--inject-void" flag: want one of always, auto, never`},
+		{"role unknown", "", []string{"webhook", "--role=writer"}, 2, "", `invalid argument "writer" for "--role" flag: want one of all, serve, control`},
+		{"port 0", "", []string{"webhook", "--policy-file", "--port=0"}, 2, "", `invalid argument "0" for "--port" flag: want a port, 1-65535`},
+		{"duration", "", []string{"webhook", "--policy-file", "--shutdown-delay=-1s"}, 2, "", `invalid argument "-1s" for "--shutdown-delay" flag: must not be negative`},
+		{"namespaced name", "", []string{"webhook", "--policy-configmap=gpuguard"}, 2, "", `invalid argument "gpuguard" for "--policy-configmap" flag: want NAMESPACE/NAME`},
+		{"node label", "", []string{"webhook", "--gpu-node-label=nvidia.com/gpu.present"}, 2, "", `invalid argument "nvidia.com/gpu.present" for "--gpu-node-label" flag: node label "nvidia.com/gpu.present": want KEY=VALUE`},
+		{"no reviews", "", []string{"webhook", "--policy-file", "--max-inflight-reviews=0"}, 2, "", `invalid argument "0" for "--max-inflight-reviews" flag: want an integer of at least 1`},
 		{"audit without namespaces", "", []string{"audit"}, 2, "", "-A for all, or -n NAMESPACE"},
 		{"version", "", []string{"version"}, 0, "gpuguard ", ""},
 	} {

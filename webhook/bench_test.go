@@ -29,9 +29,9 @@ func startBenchServer(b *testing.B) *server {
 	dir := b.TempDir()
 	pool := writeTestCerts(b, dir)
 	port := freePort(b)
-	o := Options{Host: "127.0.0.1", Port: port, CertDir: dir, CertName: "tls.crt", KeyName: "tls.key", Log: logr.Discard()}
+	o := testConfig(dir, port, "", "")
 	source := loadedSource(b, "")
-	srv := newWebhookServer(o)
+	srv := newReviewServer(o.Serving, o.Limits, logr.Discard())
 	m := NewMetrics()
 	registerHandlers(srv, newGate(DefaultLimits(), source.Loaded, nil, m), func(phase policy.Phase) *Handler {
 		return &Handler{Phase: phase, Policies: source, Metrics: m, Log: logr.Discard()}

@@ -28,24 +28,74 @@ type Limits struct {
 	// BodyRead bounds how long a review's body may take to arrive: a
 	// sender that stalls is cut off, so that idle connections hold nothing.
 	BodyRead time.Duration
+
+	// What a connection may hold before its request reaches the gate.
+	// MaxHeaderBytes bounds a request's line and headers (more: HTTP 431);
+	// net/http reads up to 4 KiB past it before it refuses.
+	MaxHeaderBytes int
+	// ReadHeaderTimeout bounds a connection's TLS handshake and each
+	// request's line and headers; a sender that stalls is cut off.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long.
+	IdleTimeout time.Duration
+	// MaxConnections is how many connections are served at once; more
+	// wait, unaccepted, in the kernel's queue until one closes.
+	MaxConnections int
 }
 
 // DefaultLimits suit the chart's 256 MiB webhook: at most five reviews of
 // the largest pods the API server stores (about 3 MiB each), and 256 of
-// ordinary ones.
+// ordinary ones; 512 connections, each holding at most 16 KiB of headers
+// for at most 10 s (docs/operations.md has the arithmetic).
 func DefaultLimits() Limits {
-	return Limits{MaxReviews: 256, MaxReviewBytes: 16 << 20, Wait: 250 * time.Millisecond, BodyRead: 2 * time.Second}
+	return Limits{MaxReviews: 256, MaxReviewBytes: 16 << 20, Wait: 250 * time.Millisecond, BodyRead: 2 * time.Second,
+		MaxHeaderBytes: 16 << 10, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxConnections: 512}
 }
 
-// Validate rejects limits that would turn every review away.
-func (l Limits) Validate() error {
+// headerReadSlack is what net/http reads of a request's line and headers
+// past MaxHeaderBytes before it refuses them.
+const headerReadSlack = 4096
+
+// MaxHeaderMemory bounds the request line and header bytes the connections
+// hold at once: every connection reading headers, each up to
+// MaxHeaderBytes and net/http's slack.
+func (l Limits) MaxHeaderMemory() int64 {
+	return int64(l.MaxConnections) * int64(l.MaxHeaderBytes+headerReadSlack)
+}
+
+// minHeaderBytes is the least MaxHeaderBytes allowed: an AdmissionReview
+// request's line and headers from kube-apiserver take a few hundred bytes.
+const minHeaderBytes = 1 << 10
+
+// validate rejects limits that would turn every review away, as
+// Config.Validate's FieldErrors.
+func (l Limits) validate() []error {
+	var errs []error
 	if l.MaxReviews < 1 {
-		return fmt.Errorf("--max-inflight-reviews=%d: want at least 1", l.MaxReviews)
+		errs = append(errs, &FieldError{"limits.maxReviews", fmt.Sprintf("%d: want at least 1", l.MaxReviews)})
 	}
 	if l.MaxReviewBytes < maxReviewBytes {
-		return fmt.Errorf("--max-inflight-review-bytes=%d: want at least %d, the largest review accepted", l.MaxReviewBytes, maxReviewBytes)
+		errs = append(errs, &FieldError{"limits.maxReviewBytes", fmt.Sprintf("%d: want at least %d, the largest review accepted", l.MaxReviewBytes, maxReviewBytes)})
 	}
-	return nil
+	if l.Wait < 0 {
+		errs = append(errs, &FieldError{"limits.wait", fmt.Sprintf("%s: must not be negative", l.Wait)})
+	}
+	if l.BodyRead < 0 {
+		errs = append(errs, &FieldError{"limits.bodyRead", fmt.Sprintf("%s: must not be negative", l.BodyRead)})
+	}
+	if l.MaxHeaderBytes < minHeaderBytes {
+		errs = append(errs, &FieldError{"limits.maxHeaderBytes", fmt.Sprintf("%d: want at least %d", l.MaxHeaderBytes, minHeaderBytes)})
+	}
+	if l.ReadHeaderTimeout <= 0 {
+		errs = append(errs, &FieldError{"limits.readHeaderTimeout", fmt.Sprintf("%s: must be positive: without it a connection may hold its headers forever", l.ReadHeaderTimeout)})
+	}
+	if l.IdleTimeout <= 0 {
+		errs = append(errs, &FieldError{"limits.idleTimeout", fmt.Sprintf("%s: must be positive: without it an idle connection holds its place forever", l.IdleTimeout)})
+	}
+	if l.MaxConnections < 1 {
+		errs = append(errs, &FieldError{"limits.maxConnections", fmt.Sprintf("%d: want at least 1", l.MaxConnections)})
+	}
+	return errs
 }
 
 // gate answers an HTTP error, never an admission verdict, when the webhook

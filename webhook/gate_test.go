@@ -98,11 +98,11 @@ func TestGateAnswersHTTPErrorsNotVerdicts(t *testing.T) {
 }
 
 func TestLimitsValidate(t *testing.T) {
-	if err := DefaultLimits().Validate(); err != nil {
-		t.Fatal(err)
+	if errs := DefaultLimits().validate(); len(errs) > 0 {
+		t.Fatal(errs)
 	}
 	for _, l := range []Limits{{MaxReviews: 0, MaxReviewBytes: 16 << 20}, {MaxReviews: 1, MaxReviewBytes: 1 << 20}} {
-		if err := l.Validate(); err == nil {
+		if errs := l.validate(); len(errs) == 0 {
 			t.Errorf("%+v accepted", l)
 		}
 	}

@@ -31,19 +31,19 @@ type reviewInputs struct {
 
 // clusterAppliers are what the webhook keeps in the cluster in step with
 // the policy: the CEL backstop, and the pre-filter on its pod webhooks.
-func clusterAppliers(mgr manager.Manager, o Options, m *Metrics) []func(context.Context, *config.Policy) error {
+func clusterAppliers(mgr manager.Manager, o Config, m *Metrics) []func(context.Context, *config.Policy) error {
 	var apply []func(context.Context, *config.Policy) error
 	if !o.Role.applies() {
-		return nil // a --role=control process applies them
+		return nil // a control-role process applies them
 	}
-	if o.CELBackstop != nil {
-		b := &backstop.Sync{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Options: *o.CELBackstop, Owner: o.BackstopOwner,
+	if o.Backstop.Enabled {
+		b := &backstop.Sync{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Options: o.Backstop.CEL, Owner: o.Backstop.Owner,
 			Syncs: m.BackstopSyncs, Log: o.Log.WithName("backstop")}
 		apply = append(apply, b.Apply)
 	}
-	if len(o.PrefilterWebhooks) > 0 {
-		f := &prefilter.Sync{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), MutatingConfig: o.MutatingConfig,
-			ValidatingConfig: o.ValidatingConfig, Webhooks: o.PrefilterWebhooks, Syncs: m.PrefilterSyncs, Log: o.Log.WithName("prefilter")}
+	if len(o.Prefilter.Webhooks) > 0 {
+		f := &prefilter.Sync{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), MutatingConfig: o.WebhookConfigurations.Mutating,
+			ValidatingConfig: o.WebhookConfigurations.Validating, Webhooks: o.Prefilter.Webhooks, Syncs: m.PrefilterSyncs, Log: o.Log.WithName("prefilter")}
 		apply = append(apply, f.Apply)
 	}
 	return apply
@@ -79,25 +79,25 @@ func (r *reapplier) Start(ctx context.Context) error {
 // watchCluster adds to mgr the policy ConfigMap's reconciler, the CEL
 // backstop's apply and the background audit where asked for, and the caches
 // reviews read namespace labels and ConfigMaps from.
-func watchCluster(mgr manager.Manager, o Options, source *policysource.Source, m *Metrics) (reviewInputs, error) {
+func watchCluster(mgr manager.Manager, o Config, source *policysource.Source, m *Metrics) (reviewInputs, error) {
 	reconciler := &policysource.Reconciler{
-		Key: o.PolicyConfigMap, Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Source: source,
+		Key: o.Policy.ConfigMap, Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Source: source,
 		Events: mgr.GetEventRecorder("gpuguard"), Reloads: m.PolicyReloads, MissingExemptNS: m.MissingExemptNS,
-		Unguarded: o.UnguardedNamespaces, MissingUnguardedNS: m.MissingUnguardedNS, Log: o.Log.WithName("policy"),
+		Unguarded: o.Policy.UnguardedNamespaces, MissingUnguardedNS: m.MissingUnguardedNS, Log: o.Log.WithName("policy"),
 		FallbackInForce: m.PolicyFallback,
 	}
-	if o.PolicyFallback {
+	if o.Policy.Fallback {
 		reconciler.Fallback = config.DefaultYAML()
 	}
-	if o.InjectVoid == InjectAuto {
-		reconciler.Hardening = &hardening.Nodes{Reader: mgr.GetClient(), GPUNodeLabels: o.GPUNodeLabels, LeaseNamespace: o.EnforcerLeaseNamespace,
+	if o.Hardening.InjectVoid == InjectAuto {
+		reconciler.Hardening = &hardening.Nodes{Reader: mgr.GetClient(), GPUNodeLabels: o.Hardening.GPUNodeLabels, LeaseNamespace: o.Hardening.EnforcerLeaseNamespace,
 			IsGPUResource: func(r string) bool {
 				if e := source.Engine(); e != nil {
 					return e.Policy().Spec.IsGPUResource(r)
 				}
 				return config.Default().Spec.IsGPUResource(r)
 			}}
-		reconciler.LeaseNamespace = o.EnforcerLeaseNamespace
+		reconciler.LeaseNamespace = o.Hardening.EnforcerLeaseNamespace
 		reconciler.InjectionOff = m.InjectionOff
 	}
 	if apply := clusterAppliers(mgr, o, m); len(apply) > 0 {
@@ -115,8 +115,8 @@ func watchCluster(mgr manager.Manager, o Options, source *policysource.Source, m
 	if err := reconciler.Setup(mgr); err != nil {
 		return reviewInputs{}, err
 	}
-	if o.Audit != nil {
-		runner, err := backgroundaudit.New(mgr, source, o.PolicyConfigMap.Namespace, *o.Audit,
+	if o.Audit.Interval > 0 {
+		runner, err := backgroundaudit.New(mgr, source, o.Policy.ConfigMap.Namespace, o.Audit,
 			backgroundaudit.Metrics{Runs: m.AuditRuns, Objects: m.AuditObjects, Duration: m.AuditDuration}, o.Log.WithName("audit"))
 		if err != nil {
 			return reviewInputs{}, err
@@ -125,9 +125,9 @@ func watchCluster(mgr manager.Manager, o Options, source *policysource.Source, m
 			return reviewInputs{}, err
 		}
 	}
-	namespaces := lookup.NewNamespaces(mgr.GetCache(), mgr.GetAPIReader(), o.APIReadTimeout)
+	namespaces := lookup.NewNamespaces(mgr.GetCache(), mgr.GetAPIReader(), o.Lookups.APIReadTimeout)
 	in := reviewInputs{namespaces: namespaces, ready: namespaces.Ready,
-		configMaps: lookup.NewConfigMaps(mgr.GetAPIReader(), o.ConfigMapCacheTTL, o.APIReadTimeout, m.ConfigMapLookups),
-		nodes:      lookup.NewNodes(mgr.GetAPIReader(), o.APIReadTimeout)}
+		configMaps: lookup.NewConfigMaps(mgr.GetAPIReader(), o.Lookups.ConfigMapCacheTTL, o.Lookups.APIReadTimeout, m.ConfigMapLookups),
+		nodes:      lookup.NewNodes(mgr.GetAPIReader(), o.Lookups.APIReadTimeout)}
 	return in, mgr.Add(namespaces)
 }

@@ -101,7 +101,7 @@ func NewMetrics() *Metrics {
 		}, []string{"result"}),
 		InjectionOff: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gpuguard_void_injection_off",
-			Help: "1 while the hardened-cluster profile (--inject-void) has the void injection off, 0 while the policy's injection is in force.",
+			Help: "1 while the hardened-cluster profile (hardening.injectVoid) has the void injection off, 0 while the policy's injection is in force.",
 		}),
 		AuditRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuguard_audit_runs_total",

@@ -30,7 +30,6 @@ import (
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/internal/manifest"
 	"github.com/gpuguard/gpuguard/policy"
-	"github.com/gpuguard/gpuguard/webhook/backgroundaudit"
 )
 
 // server is a standalone gpuguard webhook running in this process on real TLS.
@@ -58,7 +57,24 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// testConfig serves standalone on loopback with the certificates in dir,
+// the probes on probeAddr (empty: off) and no metrics.
+func testConfig(dir string, port int, policyFile, probeAddr string) Config {
+	c := DefaultConfig()
+	c.Serving = Serving{Host: "127.0.0.1", Port: port, CertDir: dir, CertName: "tls.crt", KeyName: "tls.key"}
+	c.Policy.File = policyFile
+	c.Observability = Observability{ProbeAddr: probeAddr}
+	c.Log = logr.Discard()
+	return c
+}
+
 func startServer(t testing.TB, policyFile string) *server {
+	t.Helper()
+	return startServerWith(t, policyFile, nil)
+}
+
+// startServerWith starts a server whose configuration edit has changed.
+func startServerWith(t testing.TB, policyFile string, edit func(*Config)) *server {
 	t.Helper()
 	dir := t.TempDir()
 	pool := writeTestCerts(t, dir)
@@ -71,8 +87,11 @@ func startServer(t testing.TB, policyFile string) *server {
 		pool:   pool, cancel: cancel, done: make(chan error, 1),
 	}
 	go func() {
-		s.done <- Run(ctx, Options{Host: "127.0.0.1", Port: port, CertDir: dir, CertName: "tls.crt", KeyName: "tls.key",
-			PolicyFile: policyFile, ProbeAddr: fmt.Sprintf("127.0.0.1:%d", probePort), Log: logr.Discard()})
+		c := testConfig(dir, port, policyFile, fmt.Sprintf("127.0.0.1:%d", probePort))
+		if edit != nil {
+			edit(&c)
+		}
+		s.done <- Run(ctx, c)
 	}()
 	t.Cleanup(func() { s.stop(t) })
 	s.waitReady(t)
@@ -355,38 +374,83 @@ func TestKAIFractionsRefusedWithoutGuard(t *testing.T) {
 	writeTestCerts(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a server that accepts it runs until then
 	defer cancel()
-	err := Run(ctx, Options{Host: "127.0.0.1", Port: freePort(t), CertDir: dir, CertName: "tls.crt", KeyName: "tls.key",
-		PolicyFile: file, ProbeAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), Log: logr.Discard()})
+	err := Run(ctx, testConfig(dir, freePort(t), file, fmt.Sprintf("127.0.0.1:%d", freePort(t))))
 	if !errors.Is(err, ErrKAIFractionsNeedGuard) {
 		t.Fatalf("Run with KAI fractions and no backstop: %v, want %v", err, ErrKAIFractionsNeedGuard)
 	}
 }
 
-// TestRoleSettings: a serving pod writes nothing, so the settings that
-// write belong to the controller; a controller needs an API server.
-func TestRoleSettings(t *testing.T) {
-	base := Options{PolicyConfigMap: types.NamespacedName{Namespace: "gpuguard", Name: "policy"}, RestConfig: &rest.Config{Host: "https://x"}}
+// TestConfigValidate: Validate checks every setting and the settings that
+// only mean something together, and names each by its place in Config,
+// never by a flag.
+func TestConfigValidate(t *testing.T) {
+	base := DefaultConfig()
+	base.RestConfig = &rest.Config{Host: "https://x"}
+	if err := base.Validate(); err != nil {
+		t.Fatalf("DefaultConfig: %v", err)
+	}
 	for _, tc := range []struct {
 		name    string
-		edit    func(o *Options)
+		edit    func(c *Config)
 		wantErr string
 	}{
-		{"all, the default", func(o *Options) {}, ""},
-		{"serve", func(o *Options) { o.Role = RoleServe }, ""},
-		{"serve with the pre-filter", func(o *Options) { o.Role = RoleServe; o.PrefilterWebhooks = []string{"w"} }, "--role=serve writes nothing"},
-		{"serve with the audit", func(o *Options) { o.Role = RoleServe; o.Audit = &backgroundaudit.Options{} }, "--role=serve writes nothing"},
-		{"control", func(o *Options) { o.Role = RoleControl; o.PrefilterWebhooks = []string{"w"} }, ""},
-		{"control standalone", func(o *Options) { o.Role = RoleControl; o.PolicyFile = BuiltinPolicy }, "needs an API server"},
-		{"unknown", func(o *Options) { o.Role = "writer" }, `--role "writer"`},
+		{"all, the default", func(c *Config) {}, ""},
+		{"serve", func(c *Config) { c.Role = RoleServe }, ""},
+		{"serve with the pre-filter", func(c *Config) {
+			c.Role = RoleServe
+			c.Prefilter.Webhooks = []string{"w"}
+			c.WebhookConfigurations.Mutating = "m"
+		}, "role: serve writes nothing"},
+		{"serve with the audit", func(c *Config) { c.Role = RoleServe; c.Audit.Interval = time.Minute }, "role: serve writes nothing"},
+		{"control", func(c *Config) {
+			c.Role = RoleControl
+			c.Prefilter.Webhooks = []string{"w"}
+			c.WebhookConfigurations.Mutating = "m"
+		}, ""},
+		{"control standalone", func(c *Config) { c.Role = RoleControl; c.Policy.File = BuiltinPolicy }, "role: control keeps objects in a cluster and needs an API server"},
+		{"unknown role", func(c *Config) { c.Role = "writer" }, `role: "writer": want all, serve or control`},
+		{"port", func(c *Config) { c.Serving.Port = 70000 }, "serving.port: 70000: must be 1-65535"},
+		{"no cert dir", func(c *Config) { c.Serving.CertDir = "" }, "serving.certDir: must be set"},
+		{"no policy ConfigMap", func(c *Config) { c.Policy.ConfigMap.Name = "" }, "policy.configMap: NAMESPACE/NAME is required without policy.file"},
+		{"write dir without a Secret", func(c *Config) { c.Certificates.WriteDir = true }, "certificates.writeDir:"},
+		{"backstop standalone", func(c *Config) { c.Policy.File = BuiltinPolicy; c.Backstop.Enabled = true }, "backstop.enabled: needs an API server"},
+		{"KAI guard alone", func(c *Config) { c.Backstop.CEL.KAIGuardOnly = true }, "backstop.cel.kaiGuardOnly: "},
+		{"owner alone", func(c *Config) { c.Backstop.Owner = "r" }, "backstop.owner: "},
+		{"pre-filter without configurations", func(c *Config) { c.Prefilter.Webhooks = []string{"w"} }, "prefilter.webhooks: "},
+		{"inject maybe", func(c *Config) { c.Hardening.InjectVoid = "maybe" }, `hardening.injectVoid: "maybe": want always, auto or never`},
+		{"auto standalone", func(c *Config) { c.Policy.File = BuiltinPolicy; c.Hardening.InjectVoid = InjectAuto }, "hardening.injectVoid: auto follows the GPU nodes' reports"},
+		{"auto without labels", func(c *Config) { c.Hardening.InjectVoid = InjectAuto; c.Hardening.GPUNodeLabels = nil }, "hardening.gpuNodeLabels: "},
+		{"lease namespace without auto", func(c *Config) { c.Hardening.EnforcerLeaseNamespace = "gpuguard" }, "hardening.enforcerLeaseNamespace: "},
+		{"audit too often", func(c *Config) { c.Audit.Interval = 5 * time.Second }, "audit.interval: 5s: use 0 (off) or at least 10s"},
+		{"audit standalone", func(c *Config) { c.Policy.File = BuiltinPolicy; c.Audit.Interval = time.Minute }, "audit.interval: needs an API server"},
+		{"reports without audit", func(c *Config) { c.Audit.Reports = true }, "audit.reports: "},
+		{"no reviews", func(c *Config) { c.Limits.MaxReviews = 0 }, "limits.maxReviews: 0: want at least 1"},
+		{"API reads unbounded", func(c *Config) { c.Lookups.APIReadTimeout = 0 }, "lookups.apiReadTimeout: "},
 	} {
-		o := base
-		tc.edit(&o)
-		err := o.validate()
+		c := base
+		c.Hardening.GPUNodeLabels = slices.Clone(base.Hardening.GPUNodeLabels)
+		tc.edit(&c)
+		err := c.Validate()
 		if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.wantErr)
+		}
+		if err != nil && strings.Contains(err.Error(), "--") {
+			t.Errorf("%s: a library error names a flag: %v", tc.name, err)
+		}
+		for _, fe := range FieldErrors(err) {
+			if fe.Field == "" || fe.Detail == "" {
+				t.Errorf("%s: %#v", tc.name, fe)
+			}
 		}
 	}
 	if RoleServe.applies() || !RoleControl.applies() || !RoleAll.applies() {
 		t.Error("only a serving pod leaves the cluster's objects to another")
+	}
+
+	// Every error at once, each a FieldError.
+	c := base
+	c.Serving.Port, c.Limits.MaxReviews, c.Role = 0, 0, "x"
+	if got := len(FieldErrors(c.Validate())); got != 3 {
+		t.Errorf("three bad settings: %d FieldErrors (%v)", got, c.Validate())
 	}
 }

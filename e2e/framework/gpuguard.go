@@ -11,9 +11,9 @@ import (
 	"time"
 )
 
-// BuildGPUGuard builds the static gpuguard binary from the repository's main.go.
+// BuildGPUGuard builds the static gpuguard binary (./cmd/gpuguard).
 func BuildGPUGuard(repoRoot, outDir string) (string, error) {
-	return BuildBinary(repoRoot, outDir, "gpuguard", ".", false)
+	return BuildBinary(repoRoot, outDir, "gpuguard", "./cmd/gpuguard", false)
 }
 
 // BuildAgent builds gpuguard-agent (cgo, for NVML) into outDir.

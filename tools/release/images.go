@@ -43,7 +43,7 @@ type Spec struct {
 func Specs() []Spec {
 	return []Spec{
 		{
-			Name: "gpuguard", Package: ".", Binary: "/usr/local/bin/gpuguard", User: "65532:65532",
+			Name: "gpuguard", Package: "./cmd/gpuguard", Binary: "/usr/local/bin/gpuguard", User: "65532:65532",
 			Description: "gpuguard admission webhook and CLI (static, non-root)",
 		},
 		{

@@ -169,7 +169,7 @@ func (a *Runner) writeReports(ctx context.Context, want map[string]*openreports.
 	existing := &openreports.ReportList{}
 	err := a.reader.List(ctx, existing, client.MatchingLabels(reports.Labels))
 	if meta.IsNoMatchError(err) {
-		return fmt.Errorf("the OpenReports CRDs (openreports.io/v1alpha1) are not installed: install them (the chart does with reports.enabled) or run without --audit-reports: %w", err)
+		return fmt.Errorf("the OpenReports CRDs (openreports.io/v1alpha1) are not installed: install them (the chart does with reports.enabled) or turn audit.reports off: %w", err)
 	}
 	if err != nil {
 		return err

@@ -60,7 +60,7 @@ const certDirResync = 30 * time.Second
 // resync, until ctx ends.
 func (w *DirWriter) Start(ctx context.Context) error {
 	if err := os.MkdirAll(w.dir, 0o700); err != nil {
-		return fmt.Errorf("--write-cert-dir: %w", err)
+		return fmt.Errorf("certificate directory (certificates.writeDir): %w", err)
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(w.client, certDirResync,
 		informers.WithNamespace(w.secret.Namespace),

@@ -80,6 +80,9 @@ spec:
             {{- if $serves }}
             - --max-inflight-reviews={{ int $w.limits.maxInflightReviews }}
             - --max-inflight-review-bytes={{ int64 $w.limits.maxInflightReviewBytes }}
+            - --max-connections={{ int $w.limits.maxConnections }}
+            - --max-header-bytes={{ int $w.limits.maxHeaderBytes }}
+            - --read-header-timeout={{ $w.limits.readHeaderTimeout }}
             {{- end }}
             - --cert-dir=/certs
             - --service-name={{ include "gpuguard.webhookName" $ctx }}

@@ -1,5 +1,4 @@
-// Package memlimit gives the Go runtime a soft memory limit below the container's.
-package memlimit
+package main
 
 import (
 	"os"
@@ -9,24 +8,24 @@ import (
 	"github.com/go-logr/logr"
 )
 
-// Env carries the container's memory limit in bytes; the chart
+// memoryLimitEnv carries the container's memory limit in bytes; the chart
 // sets it from the downward API (resourceFieldRef limits.memory).
-const Env = "GPUGUARD_MEMORY_LIMIT"
+const memoryLimitEnv = "GPUGUARD_MEMORY_LIMIT"
 
-// Set gives the Go runtime a soft memory limit of 90% of the
+// setMemoryLimit gives the Go runtime a soft memory limit of 90% of the
 // container's, so that the garbage collector works harder before the kernel
 // kills the process; GOMEMLIMIT, when set, wins.
-func Set(log logr.Logger) {
+func setMemoryLimit(log logr.Logger) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	raw := os.Getenv(Env)
+	raw := os.Getenv(memoryLimitEnv)
 	if raw == "" {
 		return
 	}
 	limit, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || limit <= 0 {
-		log.Info("ignoring "+Env+": want the limit in bytes", "value", raw)
+		log.Info("ignoring "+memoryLimitEnv+": want the limit in bytes", "value", raw)
 		return
 	}
 	soft := limit / 10 * 9

@@ -1,6 +1,4 @@
-// Package cli is the gpuguard command line: check, audit, webhook, render-cel,
-// verify and version. main.go only dispatches to Run.
-package cli
+package main
 
 import (
 	"context"
@@ -15,7 +13,7 @@ import (
 )
 
 // version is set at build time with
-// -ldflags "-X github.com/gpuguard/gpuguard/internal/cli.version=...".
+// -ldflags "-X main.version=...".
 var version = ""
 
 // exitError carries an exit status; its message, if any, is printed to stderr.
@@ -34,7 +32,8 @@ const (
 	exitUsage  = 2
 )
 
-// Run runs the gpuguard command line and returns its exit status.
+// Run runs the gpuguard command line and returns its exit status; main only
+// dispatches to it.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := &cobra.Command{
 		Use:           "gpuguard",
