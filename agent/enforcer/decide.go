@@ -101,6 +101,10 @@ type Rules struct {
 	// cdi names devices through the node's CDI specs; nil where the
 	// enforcer has none, and a variable set twice is then refused.
 	cdi CDINamer
+	// inject resolves the CDI devices plugins ask for, to judge the final
+	// spec at validation; nil where the enforcer reads no CDI spec, and a
+	// CDI device in an adjustment is then rejected.
+	inject CDIInjector
 	// majors are the node's NVIDIA character device majors.
 	majors DeviceMajors
 }
@@ -112,13 +116,16 @@ type Rules struct {
 // change whether it is narrowed or refused.
 func (r *Rules) NeedsAllocation(c Container) bool {
 	plain := *r
-	plain.cdi = nil
+	plain.cdi, plain.inject = nil, nil
 	return plain.Decide(c, Facts{}).Changed()
 }
 
 // WithCDI lets r narrow a variable set more than once through CDI.
 func (r *Rules) WithCDI(n CDINamer) *Rules {
 	r.cdi = n
+	if inj, ok := n.(CDIInjector); ok {
+		r.inject = inj
+	}
 	return r
 }
 
