@@ -192,6 +192,7 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 	log := p.Log.WithValues("container", key.String())
 	rules := p.Rules.Load()
 	spec := containerOf(ctr)
+	spec.Name, spec.PodAnnotations = ctr.GetName(), pod.GetAnnotations()
 	// Most containers, whose images say nothing of GPUs, need neither the
 	// kubelet nor the exemptions: they cost no read.
 	if !rules.NeedsAllocation(spec) {

@@ -188,6 +188,7 @@ func (p *Plugin) validate(ctx context.Context, req *api.ValidateContainerAdjustm
 		go p.event(context.WithoutCancel(ctx), pod, ctr, corev1.EventTypeWarning, wellknown.ReasonContainerRefused, reason)
 		return "rejected", errors.New(reason)
 	}
+	final.Name, final.PodAnnotations = ctr.GetName(), pod.GetAnnotations()
 	if !rules.NeedsAllocation(final) {
 		return "accepted", nil
 	}
