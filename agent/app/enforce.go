@@ -47,8 +47,12 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 	}
 	current := &atomic.Pointer[enforcer.Rules]{}
 	current.Store(rules)
+	// The policy's exemptions only: its namespaces and its (namespace,
+	// service account) pairs with the rules they waive. The verifier's
+	// --verify-exempt-namespaces only quiets its reports; a namespace there
+	// exempts no container from the enforcer.
 	ex := &verifier.Exemptions{Client: a.unqueued}
-	ex.Set(pol, a.cfg.VerifyExemptNamespaces)
+	ex.Set(pol, nil)
 	p := &enforcer.Plugin{Rules: current, Allocations: allocations, Checkpoint: verifier.NewCheckpoint(a.cfg.DevicePluginDir), Exemptions: ex,
 		Client: a.kube, Node: a.cfg.NodeName, Log: a.log.WithName("enforce"),
 		Decisions: a.enforceDecisions, Latency: a.enforceLatency, Reads: a.enforceReads,
@@ -75,7 +79,7 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 			pol := a.verifierPolicy()
 			if r, err := enforcer.NewRules(pol, inv); err == nil {
 				current.Store(r.WithCDI(namer).WithCDIInjector(specs).WithDeviceMajors(majors))
-				ex.Set(pol, a.cfg.VerifyExemptNamespaces)
+				ex.Set(pol, nil)
 			}
 		}
 	}()
