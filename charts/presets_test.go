@@ -166,18 +166,36 @@ func TestGPUSharingPresetsCombine(t *testing.T) {
 	}
 }
 
-// TestPresetNamespacesInVerifier: the verifier reports the GPU stacks'
-// own pods, which see GPUs by design, at info level only.
-func TestPresetNamespacesInVerifier(t *testing.T) {
+// TestPresetsExemptServiceAccountsNotNamespaces: a preset exempts its
+// stack's service accounts, in the policy the agent reads, and never its
+// whole namespace: the agent is given no preset's namespace to exempt, so
+// another pod in that namespace is judged by the verifier and the node
+// enforcer as anywhere else. Before, every enabled preset's namespace was
+// passed whole (--verify-exempt-namespaces), and the enforcer left each
+// of its containers alone.
+func TestPresetsExemptServiceAccountsNotNamespaces(t *testing.T) {
 	c := loadChart(t)
-	r, err := chartrender.Render(c, releaseName, namespace, map[string]any{"policy": map[string]any{"presets": map[string]any{
-		"nvidiaDevicePlugin": map[string]any{"enabled": true}, "dcgmExporter": map[string]any{"enabled": true}, "nodeExporter": map[string]any{"enabled": true}}}},
-		clusterAPIs...)
+	values := map[string]any{"policy": map[string]any{"presets": map[string]any{
+		"nvidiaDevicePlugin": map[string]any{"enabled": true}, "dcgmExporter": map[string]any{"enabled": true}, "nodeExporter": map[string]any{"enabled": true}}}}
+	r, err := chartrender.Render(c, releaseName, namespace, values, clusterAPIs...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(r.Raw, "--verify-exempt-namespaces=nvidia-device-plugin,dcgm-exporter\n") {
-		t.Error("the verifier must exempt the device plugin's and the DCGM exporter's namespaces, not the node exporter's")
+	if strings.Contains(r.Raw, "--verify-exempt-namespaces") {
+		t.Error("the agent must exempt no preset's whole namespace")
+	}
+	p := renderedPolicy(t, c, values)
+	for _, ns := range []string{"nvidia-device-plugin", "dcgm-exporter"} {
+		if slices.Contains(p.Spec.Exemptions.Namespaces, ns) {
+			t.Errorf("the policy exempts namespace %s whole", ns)
+		}
+		found := false
+		for _, ex := range p.Spec.Exemptions.ServiceAccounts {
+			found = found || ex.Namespace == ns
+		}
+		if !found {
+			t.Errorf("the policy exempts no service account of %s: %+v", ns, p.Spec.Exemptions.ServiceAccounts)
+		}
 	}
 }
 

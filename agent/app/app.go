@@ -68,6 +68,10 @@ type Agent struct {
 	enforceDecisions *prometheus.CounterVec
 	enforceLatency   prometheus.Observer
 	enforceReads     *prometheus.CounterVec
+	// enforceValidations and enforceValidationLatency are its adjustment
+	// validations'.
+	enforceValidations       *prometheus.CounterVec
+	enforceValidationLatency prometheus.Histogram
 
 	// otherPlugins are the sockets of another NVIDIA device plugin once
 	// seen in --device-plugin=auto. The agent remembers them because a
@@ -128,6 +132,7 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Agent, error)
 	reg.MustRegister(a.otherPlugin)
 	a.enforceDecisions, a.enforceLatency = enforcer.NewMetrics(reg)
 	a.enforceReads = enforcer.NewReadMetrics(reg)
+	a.enforceValidations, a.enforceValidationLatency = enforcer.NewValidationMetrics(reg)
 	return a, nil
 }
 

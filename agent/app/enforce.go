@@ -26,7 +26,7 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 		return nil
 	}
 	pol := a.verifierPolicy()
-	specs, err := a.enforcerCDI(pol, in)
+	namer, specs, err := a.enforcerCDI(pol, in)
 	if err != nil {
 		return err
 	}
@@ -40,18 +40,23 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 	if err != nil {
 		return err
 	}
-	rules.WithCDI(specs).WithDeviceMajors(majors)
+	rules.WithCDI(namer).WithCDIInjector(specs).WithDeviceMajors(majors)
 	allocations, err := verifier.DialPodResources(a.cfg.PodResourcesSocket)
 	if err != nil {
 		return err
 	}
 	current := &atomic.Pointer[enforcer.Rules]{}
 	current.Store(rules)
+	// The policy's exemptions only: its namespaces and its (namespace,
+	// service account) pairs with the rules they waive. The verifier's
+	// --verify-exempt-namespaces only quiets its reports; a namespace there
+	// exempts no container from the enforcer.
 	ex := &verifier.Exemptions{Client: a.unqueued}
-	ex.Set(pol, a.cfg.VerifyExemptNamespaces)
+	ex.Set(pol, nil)
 	p := &enforcer.Plugin{Rules: current, Allocations: allocations, Checkpoint: verifier.NewCheckpoint(a.cfg.DevicePluginDir), Exemptions: ex,
 		Client: a.kube, Node: a.cfg.NodeName, Log: a.log.WithName("enforce"),
-		Decisions: a.enforceDecisions, Latency: a.enforceLatency, Reads: a.enforceReads}
+		Decisions: a.enforceDecisions, Latency: a.enforceLatency, Reads: a.enforceReads,
+		Validations: a.enforceValidations, ValidationLatency: a.enforceValidationLatency}
 	if ns := a.leaseNamespace(); a.unqueued != nil && ns != "" {
 		p.Lease = &enforcer.Lease{Client: a.unqueued, Namespace: ns, Node: a.cfg.NodeName, Duration: enforcer.DefaultLeaseDuration, Log: p.Log}
 	}
@@ -73,8 +78,8 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 			}
 			pol := a.verifierPolicy()
 			if r, err := enforcer.NewRules(pol, inv); err == nil {
-				current.Store(r.WithCDI(specs).WithDeviceMajors(majors))
-				ex.Set(pol, a.cfg.VerifyExemptNamespaces)
+				current.Store(r.WithCDI(namer).WithCDIInjector(specs).WithDeviceMajors(majors))
+				ex.Set(pol, nil)
 			}
 		}
 	}()
@@ -82,18 +87,20 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 }
 
 // enforcerCDI writes the enforcer's void device into the agent's CDI
-// directory and reads the node's specs for the allocated devices' names:
-// the toolkit's kind first, then the agent's own. A directory that cannot
-// be written is no reason to stop: such a node refuses, rather than
-// narrows, a container with a device variable set twice.
-func (a *Agent) enforcerCDI(pol *config.Policy, in nodereport.Inputs) (enforcer.CDINamer, error) {
+// directory and reads the node's specs: for the allocated devices' names
+// (the toolkit's kind first, then the agent's own), and to resolve the CDI
+// devices NRI plugins ask for. A directory that cannot be written is no
+// reason to stop: such a node refuses, rather than narrows, a container
+// with a device variable set twice (namer is nil); the specs are still
+// read.
+func (a *Agent) enforcerCDI(pol *config.Policy, in nodereport.Inputs) (namer enforcer.CDINamer, specs *enforcer.SpecDirs, err error) {
 	dir := filepath.Join(a.cfg.HostRoot, a.cfg.CDISpecDir)
-	path, err := enforcer.WriteVoidSpec(dir, pol.Spec.DeviceVariables())
-	if err != nil {
-		a.log.Error(err, "the node enforcer will refuse, not narrow, containers that set a device variable more than once")
-		return nil, nil
+	path, werr := enforcer.WriteVoidSpec(dir, pol.Spec.DeviceVariables())
+	if werr != nil {
+		a.log.Error(werr, "the node enforcer will refuse, not narrow, containers that set a device variable more than once")
+	} else {
+		a.log.Info("node enforcer CDI spec", "path", path, "device", enforcer.VoidDevice)
 	}
-	a.log.Info("node enforcer CDI spec", "path", path, "device", enforcer.VoidDevice)
 	dirs, kinds := []string{dir}, []string{"nvidia.com/gpu", wellknown.CDIKind}
 	toolkitDirs := []string{"/etc/cdi", "/var/run/cdi"}
 	if in.Toolkit != nil {
@@ -104,11 +111,15 @@ func (a *Agent) enforcerCDI(pol *config.Policy, in nodereport.Inputs) (enforcer.
 			dirs = append(dirs, d)
 		}
 	}
-	specs, err := enforcer.NewSpecDirs(dirs, kinds)
+	specs, err = enforcer.NewSpecDirs(dirs, kinds)
 	if err != nil {
-		return nil, fmt.Errorf("reading CDI specs in %s: %w", strings.Join(dirs, ", "), err)
+		return nil, nil, fmt.Errorf("reading CDI specs in %s: %w", strings.Join(dirs, ", "), err)
 	}
-	return specs, nil
+	specs.HostRoot = a.cfg.HostRoot
+	if werr != nil {
+		return nil, specs, nil
+	}
+	return specs, specs, nil
 }
 
 // leaseNamespace is where the agent holds its Leases: the flag's, else its

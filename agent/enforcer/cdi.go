@@ -4,8 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
@@ -70,6 +74,10 @@ type CDINamer interface {
 // does, each time it is asked: the path that needs it is rare (a variable
 // set twice), and a fresh read sees specs written since.
 type SpecDirs struct {
+	// HostRoot is where the host's file system is, to read the numbers of
+	// device nodes a spec leaves them out of; "" is /.
+	HostRoot string
+
 	dirs  []string
 	cache *cdi.Cache
 	// kinds are tried in order: the toolkit's, then the agent's own.
@@ -137,4 +145,81 @@ func (s *SpecDirs) qualified(names []string) string {
 		}
 	}
 	return ""
+}
+
+// Inject implements CDIInjector: it applies each device's edits, and its
+// spec's, as the runtime does (CDI's ContainerEdits.Apply), once each spec.
+// A device node the spec gives no numbers is read from the host, under
+// HostRoot, as the runtime reads it; where it cannot be, a GPU node's
+// numbers are told from its path (/dev/nvidiaN, nvidiactl,
+// nvidia-modeset), and any other node is an error, as it is to the runtime.
+func (s *SpecDirs) Inject(spec *rspec.Spec, devices []string) error {
+	_ = s.cache.Refresh()
+	done := map[*cdi.Spec]bool{}
+	for _, name := range devices {
+		d := s.cache.GetDevice(name)
+		if d == nil {
+			return fmt.Errorf("no CDI spec in %s defines device %s", strings.Join(s.dirs, ", "), name)
+		}
+		all := []specs.ContainerEdits{d.ContainerEdits}
+		if sp := d.GetSpec(); !done[sp] {
+			done[sp] = true
+			all = append([]specs.ContainerEdits{sp.ContainerEdits}, all...)
+		}
+		for _, edits := range all {
+			edits.DeviceNodes = slices.Clone(edits.DeviceNodes)
+			for i, n := range edits.DeviceNodes {
+				filled, err := s.numbered(*n)
+				if err != nil {
+					return fmt.Errorf("CDI device %s: %w", name, err)
+				}
+				edits.DeviceNodes[i] = &filled
+			}
+			if err := (&cdi.ContainerEdits{ContainerEdits: &edits}).Apply(spec); err != nil {
+				return fmt.Errorf("CDI device %s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// numbered fills a CDI device node's type and numbers where its spec
+// leaves them out.
+func (s *SpecDirs) numbered(n specs.DeviceNode) (specs.DeviceNode, error) {
+	if n.Type != "" && (n.Major != 0 || n.Type == "p") {
+		return n, nil
+	}
+	host := n.HostPath
+	if host == "" {
+		host = n.Path
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(s.HostRoot, host), &st); err == nil {
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFCHR:
+			n.Type = "c"
+		case unix.S_IFBLK:
+			n.Type = "b"
+		default:
+			return n, fmt.Errorf("device node %s (host %s) is not a device", n.Path, host)
+		}
+		n.Major, n.Minor = int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
+		return n, nil
+	}
+	base := strings.TrimPrefix(host, "/dev/")
+	switch {
+	case base == "nvidiactl":
+		n.Type, n.Major, n.Minor = "c", GPUMajor, ctlMinor
+	case base == "nvidia-modeset":
+		n.Type, n.Major, n.Minor = "c", GPUMajor, modesetMinor
+	case strings.HasPrefix(base, "nvidia"):
+		minor, err := strconv.ParseInt(strings.TrimPrefix(base, "nvidia"), 10, 64)
+		if err != nil {
+			return n, fmt.Errorf("device node %s (host %s): its numbers cannot be read from the host", n.Path, host)
+		}
+		n.Type, n.Major, n.Minor = "c", GPUMajor, minor
+	default:
+		return n, fmt.Errorf("device node %s (host %s): its numbers cannot be read from the host", n.Path, host)
+	}
+	return n, nil
 }

@@ -31,6 +31,11 @@ const cudaVersionEnv = "CUDA_VERSION"
 
 // Container is what the runtime shows of one container being created.
 type Container struct {
+	// Name is the container's name in its pod.
+	Name string
+	// PodAnnotations are its pod's annotations, which NRI plugins read
+	// (NVIDIA's CDI injector among them) and none can remove.
+	PodAnnotations map[string]string
 	// Env is the final environment, KEY=VALUE, image ENV included.
 	Env []string
 	// Mounts are the container paths of its mounts and their sources.
@@ -97,10 +102,18 @@ type Rules struct {
 	// cdiPrefixes are the annotation prefixes the toolkit reads CDI device
 	// requests from.
 	cdiPrefixes []string
-	gpus        *Inventory
+	// podCDIKeys are the pod annotation keys NRI plugins read CDI device
+	// requests from: NVIDIA's injector reads KEY/container.<name>, then
+	// KEY/pod, then KEY.
+	podCDIKeys []string
+	gpus       *Inventory
 	// cdi names devices through the node's CDI specs; nil where the
 	// enforcer has none, and a variable set twice is then refused.
 	cdi CDINamer
+	// inject resolves the CDI devices plugins ask for, to judge the final
+	// spec at validation; nil where the enforcer reads no CDI spec, and a
+	// CDI device in an adjustment is then rejected.
+	inject CDIInjector
 	// majors are the node's NVIDIA character device majors.
 	majors DeviceMajors
 }
@@ -112,13 +125,16 @@ type Rules struct {
 // change whether it is narrowed or refused.
 func (r *Rules) NeedsAllocation(c Container) bool {
 	plain := *r
-	plain.cdi = nil
+	plain.cdi, plain.inject = nil, nil
 	return plain.Decide(c, Facts{}).Changed()
 }
 
 // WithCDI lets r narrow a variable set more than once through CDI.
 func (r *Rules) WithCDI(n CDINamer) *Rules {
 	r.cdi = n
+	if inj, ok := n.(CDIInjector); ok {
+		r.inject = inj
+	}
 	return r
 }
 
@@ -138,7 +154,7 @@ func NewRules(p *config.Policy, inv *discovery.Inventory) (*Rules, error) {
 		return nil, err
 	}
 	return &Rules{policy: &p.Spec, engine: e, deviceListRoots: p.Spec.DeviceListMountRoots,
-		cdiPrefixes: []string{"cdi.k8s.io/"}, gpus: NewInventory(inv), majors: DefaultDeviceMajors()}, nil
+		cdiPrefixes: []string{"cdi.k8s.io/"}, podCDIKeys: []string{NVIDIACDIAnnotation}, gpus: NewInventory(inv), majors: DefaultDeviceMajors()}, nil
 }
 
 // Decide makes c grant exactly what f says the kubelet allocated.
@@ -177,6 +193,9 @@ func (r *Rules) Decide(c Container, f Facts) Decision {
 	}
 	if !f.Waived[policy.RuleDeviceAnnotation] {
 		r.decideAnnotations(&d, c.Annotations, grant)
+		if refuse := r.decidePodAnnotations(c, grant); refuse != "" {
+			return Decision{Refuse: refuse}
+		}
 	}
 	if refuse := r.decideDevices(c, deviceLimits{g: grant, gpu: gpu, keep: keepGPUs || f.KAIFraction}); refuse != "" {
 		return Decision{Refuse: refuse}
@@ -343,6 +362,47 @@ func (r *Rules) decideAnnotations(d *Decision, annotations map[string]string, g 
 			}
 		}
 	}
+}
+
+// NVIDIACDIAnnotation is the pod annotation key from which NVIDIA's NRI
+// plugin (the GPU Operator's cdi.nriPluginEnabled) injects CDI devices:
+// nvidia.cdi.k8s.io/container.<name>, else nvidia.cdi.k8s.io/pod, else
+// nvidia.cdi.k8s.io itself (NRI's GetEffectiveAnnotation), each a comma
+// list of CDI device names.
+const NVIDIACDIAnnotation = "nvidia.cdi.k8s.io"
+
+// decidePodAnnotations refuses a container whose pod's annotations ask an
+// NRI plugin for a CDI device not allocated to it. A pod's annotations
+// cannot be removed through NRI (an adjustment removes the container's
+// OCI annotations only), and the plugin may run before or after the
+// enforcer: the container is refused, naming the annotation; whichever
+// plugin injects the device, validation judges it too. Every key that
+// applies to the container is judged, not only the one the plugin would
+// read first.
+func (r *Rules) decidePodAnnotations(c Container, g grant) (refuse string) {
+	for _, base := range r.podCDIKeys {
+		for _, key := range []string{base + "/container." + c.Name, base + "/pod", base} {
+			value, ok := c.PodAnnotations[key]
+			if !ok {
+				continue
+			}
+			for name := range strings.SplitSeq(value, ",") {
+				name = strings.TrimSpace(name)
+				if name == "" {
+					continue
+				}
+				device := name
+				if _, d, qualified := strings.Cut(name, "="); qualified {
+					device = d
+				}
+				if !g.names[device] {
+					return fmt.Sprintf("gpuguard: the pod's annotation %s asks an NRI plugin for CDI device %q, which the kubelet did not allocate to the container; NRI cannot remove a pod's annotation: remove it from the pod, or exempt its service account",
+						key, name)
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // envMap reads an environment as the runtime does, the last occurrence

@@ -201,3 +201,47 @@ func TestProtectedWithoutInertValue(t *testing.T) {
 		t.Error("a container to refuse must need the allocation: a GPU may allow the variable")
 	}
 }
+
+// TestNVIDIAPodAnnotations: a pod annotation from which NVIDIA's NRI plugin
+// injects CDI devices (nvidia.cdi.k8s.io/container.<name>, /pod, or the
+// bare key) gets the container refused where it names a device not
+// allocated to it; NRI removes no pod annotation. Another container's key
+// is not this container's, and an exemption waiving device-annotation
+// leaves it alone. Before, each was created and the plugin injected the
+// device.
+func TestNVIDIAPodAnnotations(t *testing.T) {
+	r := testRules(t)
+	gpuA := Facts{Allocated: []string{"GPU-a"}}
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		f           Facts
+		refusing    string // "" where not refused
+	}{
+		{name: "every GPU for the container", annotations: map[string]string{"nvidia.cdi.k8s.io/container.main": "nvidia.com/gpu=all"},
+			f: gpuA, refusing: "nvidia.cdi.k8s.io/container.main"},
+		{name: "a neighbour's GPU for the pod", annotations: map[string]string{"nvidia.cdi.k8s.io/pod": "nvidia.com/gpu=GPU-a,nvidia.com/gpu=1"},
+			f: gpuA, refusing: `"nvidia.com/gpu=1"`},
+		{name: "the bare key, no GPU allocated", annotations: map[string]string{"nvidia.cdi.k8s.io": "nvidia.com/gpu=GPU-a"},
+			refusing: "nvidia.cdi.k8s.io"},
+		{name: "the management GPUs", annotations: map[string]string{"nvidia.cdi.k8s.io/container.main": "management.nvidia.com/gpu=all"},
+			refusing: "management.nvidia.com/gpu=all"},
+		{name: "its own GPU, by UUID and index", annotations: map[string]string{"nvidia.cdi.k8s.io/container.main": "nvidia.com/gpu=GPU-a,nvidia.com/gpu=0"}, f: gpuA},
+		{name: "another container's key", annotations: map[string]string{"nvidia.cdi.k8s.io/container.sidecar": "nvidia.com/gpu=all"}, f: gpuA},
+		{name: "waived with device-annotation", annotations: map[string]string{"nvidia.cdi.k8s.io/pod": "nvidia.com/gpu=all"},
+			f: Facts{Allocated: []string{"GPU-a"}, Exempt: "service account x/y", Waived: policy.RuleSet{policy.RuleDeviceAnnotation: true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := r.Decide(Container{Name: "main", PodAnnotations: tc.annotations}, tc.f)
+			switch {
+			case tc.refusing == "" && d.Refuse != "":
+				t.Errorf("refused: %s", d.Refuse)
+			case tc.refusing != "" && !strings.Contains(d.Refuse, tc.refusing):
+				t.Errorf("decision %+v, want refused naming %s", d, tc.refusing)
+			}
+			if tc.refusing != "" && !r.NeedsAllocation(Container{Name: "main", PodAnnotations: tc.annotations}) {
+				t.Error("the container was decided without reading its allocation")
+			}
+		})
+	}
+}

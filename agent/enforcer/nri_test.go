@@ -362,3 +362,112 @@ func TestDevicesThroughNRI(t *testing.T) {
 		}
 	}
 }
+
+// greedy is an NRI plugin ordered after the enforcer (a higher index) that
+// gives containers named greedy what the kubelet did not allocate: its
+// vector's GPU device node, CDI device or device variable. The enforcer at
+// creation sees none of it.
+type greedy struct{ vector string }
+
+func (g greedy) CreateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	switch ctr.GetName() {
+	case "greedy":
+	case "probe": // says it is registered
+		adj := &api.ContainerAdjustment{}
+		adj.AddAnnotation("greedy", "registered")
+		return adj, nil, nil
+	default:
+		return nil, nil, nil
+	}
+	adj := &api.ContainerAdjustment{}
+	if g.vector == "" || g.vector == "device node" {
+		adj.AddDevice(&api.LinuxDevice{Path: "/dev/nvidia1", Type: "c", Major: GPUMajor, Minor: 1})
+	}
+	if g.vector == "" || g.vector == "CDI device" {
+		adj.AddCDIDevice(&api.CDIDevice{Name: "nvidia.com/gpu=GPU-b"})
+	}
+	if g.vector == "" || g.vector == "device variable" {
+		adj.AddEnv("NVIDIA_VISIBLE_DEVICES", "all")
+	}
+	return adj, nil, nil
+}
+
+// TestALaterPluginsGrantIsRefused: a plugin registered after the enforcer
+// (index 95) gives a container a GPU device node, a CDI device and a device
+// variable beyond its allocation, which the enforcer's CreateContainer
+// never sees; through NRI's adjustment validation the container is refused,
+// for each alone and all together, while a container the plugin leaves
+// alone, allocated GPU-a, is created with its own GPU. Without validation
+// each was created as the later plugin left it.
+func TestALaterPluginsGrantIsRefused(t *testing.T) {
+	for _, vector := range []string{"device node", "CDI device", "device variable", ""} {
+		name := vector
+		if name == "" {
+			name = "all three"
+		}
+		t.Run(name, func(t *testing.T) {
+			r, socket := startRuntime(t)
+			rules := &atomic.Pointer[Rules]{}
+			s, err := NewSpecDirs([]string{specDir(t, true)}, []string{"nvidia.com/gpu"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rules.Store(testRules(t).WithCDI(s))
+			decisions, latency := NewMetrics(prometheus.NewRegistry())
+			allocs := fixedAllocations{
+				{Namespace: "team-a", Pod: "train", Container: "main"}:   {"nvidia.com/gpu": {"GPU-a"}},
+				{Namespace: "team-a", Pod: "train", Container: "greedy"}: {"nvidia.com/gpu": {"GPU-a"}},
+			}
+			p := &Plugin{Rules: rules, Exemptions: &verifier.Exemptions{}, Log: logr.Discard(), Decisions: decisions, Latency: latency, Allocations: allocs}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); p.Run(ctx, socket, 100*time.Millisecond) }()
+			t.Cleanup(func() { cancel(); <-done })
+			later, err := stub.New(greedy{vector}, stub.WithPluginName("greedy"), stub.WithPluginIdx("95"), stub.WithSocketPath(socket),
+				stub.WithOnClose(func() {}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := later.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(later.Stop)
+			waitAdjusted(t, r, createRequest("warmup", "main", "NVIDIA_VISIBLE_DEVICES=all"))
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				resp, err := r.CreateContainer(context.Background(), createRequest("warmup", "probe"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.GetAdjust().GetAnnotations()["greedy"] != "" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the later plugin did not register within 10s")
+				}
+			}
+			req := createRequest("train", "greedy", "NVIDIA_VISIBLE_DEVICES=GPU-a")
+			req.Container.Linux = &api.LinuxContainer{Devices: []*api.LinuxDevice{{Path: "/dev/nvidia0", Type: "c", Major: GPUMajor, Minor: 0}}}
+			if spec, err := finalSpec(t, r, req); err == nil || !strings.Contains(err.Error(), "gpuguard") {
+				var got []string
+				if spec != nil {
+					for _, d := range spec.Linux.Devices {
+						got = append(got, d.Path)
+					}
+					got = append(got, spec.Process.Env...)
+				}
+				t.Errorf("the greedy container: %v (the runtime would run with %v), want refused by gpuguard", err, got)
+			} else {
+				t.Log(err)
+			}
+			beside := createRequest("train", "main", "NVIDIA_VISIBLE_DEVICES=GPU-a")
+			beside.Container.Linux = &api.LinuxContainer{Devices: []*api.LinuxDevice{{Path: "/dev/nvidia0", Type: "c", Major: GPUMajor, Minor: 0}}}
+			spec, err := finalSpec(t, r, beside)
+			if err != nil {
+				t.Fatalf("the container beside it: %v", err)
+			}
+			if env, _ := envMap(spec.Process.Env); len(spec.Linux.Devices) != 1 || env["NVIDIA_VISIBLE_DEVICES"] != "GPU-a" {
+				t.Errorf("the container beside it runs with devices %v and env %v, want /dev/nvidia0 and GPU-a", spec.Linux.Devices, spec.Process.Env)
+			}
+		})
+	}
+}

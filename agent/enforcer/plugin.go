@@ -61,8 +61,16 @@ type Plugin struct {
 	// creation (at a container's creation, finding none fresh).
 	Reads *prometheus.CounterVec
 
+	// Validations counts adjustment validations by result: accepted,
+	// rejected, error; ValidationLatency observes their time. Either may
+	// be nil.
+	Validations       *prometheus.CounterVec
+	ValidationLatency prometheus.Observer
+
 	// reads keeps pods' allocations for their containers' creations.
 	reads podReads
+	// judged keeps what a container's creation read for its validation.
+	judged judgements
 }
 
 // decisionBuckets run from 0.1 ms to about 1.2 s, past the decision's
@@ -184,12 +192,13 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 	log := p.Log.WithValues("container", key.String())
 	rules := p.Rules.Load()
 	spec := containerOf(ctr)
+	spec.Name, spec.PodAnnotations = ctr.GetName(), pod.GetAnnotations()
 	// Most containers, whose images say nothing of GPUs, need neither the
 	// kubelet nor the exemptions: they cost no read.
 	if !rules.NeedsAllocation(spec) {
 		return "unchanged", nil, nil
 	}
-	allocations, err := p.allocations(ctx, pod)
+	facts, err := p.allocated(ctx, pod, ctr, rules)
 	if err != nil {
 		// Fail closed: without the allocation nothing says what the
 		// container may have; the kubelet retries the creation.
@@ -198,32 +207,19 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 		// timing out, and close it.
 		return "error", nil, fmt.Errorf("gpuguard: cannot read the kubelet's GPU allocation for %s: %s", key, err.Error())
 	}
-	facts := Facts{}
-	allocated, ok := allocations[key]
-	if !ok && p.Checkpoint != nil {
-		if allocated, _, err = p.Checkpoint.Container(pod.GetUid(), ctr.GetName()); err != nil {
-			log.Error(err, "refused: the kubelet's allocation cannot be read")
-			return "error", nil, fmt.Errorf("gpuguard: cannot read the kubelet's GPU allocation for %s: %s", key, err.Error())
-		}
-	}
-	for resource, ids := range allocated {
-		if strings.HasPrefix(resource, "dra:") || rules.policy.IsGPUResource(resource) {
-			facts.Allocated = append(facts.Allocated, ids...)
-		}
-	}
 	// Exemptions and KAI's fractions only leave alone what the decision
 	// would change: a container that keeps its spec without them (a GPU
 	// container within its allocation) keeps it with them, and needs no
 	// read of its pod from the API server.
 	d := rules.Decide(spec, facts)
 	if !d.Changed() {
+		p.judged.put(ctr.GetId(), facts, false)
 		log.V(1).Info("unchanged", "allocated", facts.Allocated)
 		return "unchanged", nil, nil
 	}
-	c := verifier.Container{ID: ctr.GetId(), Key: key, PodUID: pod.GetUid()}
-	facts.KAIFraction = p.Exemptions.KAIFraction(ctx, c) > 0
-	facts.Exempt, facts.Waived = p.Exemptions.Of(ctx, c)
-	if facts.Exempt != "" && facts.Waived == nil {
+	exempt := p.relax(ctx, pod, ctr, &facts)
+	p.judged.put(ctr.GetId(), facts, true)
+	if exempt {
 		log.V(1).Info("exempt", "exemption", facts.Exempt)
 		return "exempt", nil, nil
 	}
@@ -244,6 +240,41 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 	go p.event(context.WithoutCancel(ctx), pod, ctr, corev1.EventTypeNormal, wellknown.ReasonContainerAdjusted,
 		"gpuguard made the container grant only its allocation: "+strings.Join(d.Changes, "; "))
 	return "adjusted", adjustment(d), nil
+}
+
+// allocated are the facts of the kubelet's allocation to ctr: the GPU
+// devices PodResources, or the device checkpoint for a container it leaves
+// out, names for it.
+func (p *Plugin) allocated(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, rules *Rules) (Facts, error) {
+	allocations, err := p.allocations(ctx, pod)
+	if err != nil {
+		return Facts{}, err
+	}
+	facts := Facts{}
+	key := verifier.ContainerKey{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName()}
+	allocated, ok := allocations[key]
+	if !ok && p.Checkpoint != nil {
+		if allocated, _, err = p.Checkpoint.Container(pod.GetUid(), ctr.GetName()); err != nil {
+			return Facts{}, err
+		}
+	}
+	for resource, ids := range allocated {
+		if strings.HasPrefix(resource, "dra:") || rules.policy.IsGPUResource(resource) {
+			facts.Allocated = append(facts.Allocated, ids...)
+		}
+	}
+	return facts, nil
+}
+
+// relax adds to f what relaxes the decision: the pod's exemption, with
+// the rules it waives, and KAI's fraction. It reports whether the
+// exemption waives every rule.
+func (p *Plugin) relax(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, f *Facts) (exempt bool) {
+	key := verifier.ContainerKey{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName()}
+	c := verifier.Container{ID: ctr.GetId(), Key: key, PodUID: pod.GetUid()}
+	f.KAIFraction = p.Exemptions.KAIFraction(ctx, c) > 0
+	f.Exempt, f.Waived = p.Exemptions.Of(ctx, c)
+	return f.Exempt != "" && f.Waived == nil
 }
 
 // allocations are the kubelet's allocations to the pod: those read when

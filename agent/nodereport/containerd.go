@@ -45,6 +45,32 @@ type ContainerdConfig struct {
 	NRIEnabled    *bool
 	NRIPluginPath string
 	NRIConfigPath string
+	// NRIValidator is NRI's built-in default validator (containerd 2.2
+	// and later), [plugins."io.containerd.nri.v1.nri".default_validator].
+	NRIValidator NRIValidator
+}
+
+// NRIValidator is what gpuguard reads of NRI's default validator: whether
+// it runs, the plugins it requires for every container, and the pod
+// annotation that lets a container do without them.
+type NRIValidator struct {
+	Enabled            bool
+	RequiredPlugins    []string
+	TolerateAnnotation string
+}
+
+// Requires reports whether the validator requires the plugin name: by its
+// name or by index and name ("90-gpuguard").
+func (v NRIValidator) Requires(name string) bool {
+	if !v.Enabled {
+		return false
+	}
+	for _, p := range v.RequiredPlugins {
+		if p == name || strings.HasSuffix(p, "-"+name) {
+			return true
+		}
+	}
+	return false
 }
 
 // LoadContainerdConfig finds and parses containerd's config (with imports);
@@ -184,6 +210,10 @@ func ParseContainerdTree(tree map[string]any) *ContainerdConfig {
 		if p, ok := nri["plugin_config_path"].(string); ok && p != "" {
 			c.NRIConfigPath = p
 		}
+		v := table(nri, "default_validator")
+		c.NRIValidator.Enabled, _ = v["enable"].(bool)
+		c.NRIValidator.RequiredPlugins = asStrings(v["required_plugins"])
+		c.NRIValidator.TolerateAnnotation, _ = v["tolerate_missing_plugins_annotation"].(string)
 	case c.Version == 3:
 		t := true
 		c.NRIEnabled = &t

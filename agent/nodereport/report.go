@@ -33,7 +33,13 @@ const (
 	CheckNVIDIADefaultRuntime = "nvidia_not_default_runtime"
 	CheckCDIPodAnnotations    = "cdi_pod_annotations_not_passed"
 	CheckNRIPlugin            = "nvidia_nri_plugin_off"
+	CheckNRIValidator         = "nri_validator_enabled"
+	CheckEnforcerRequired     = "gpuguard_nri_required"
 )
+
+// EnforcerPlugin is the node enforcer's NRI plugin name, as containerd's
+// required_plugins names it.
+const EnforcerPlugin = "gpuguard"
 
 // Check is one line of the hardening report.
 type Check struct {
@@ -140,6 +146,8 @@ var hardeningChecks = []hardeningCheck{
 	{id: CheckNVIDIADefaultRuntime, needsContainerd: true, judge: judgeNVIDIADefaultRuntime},
 	{id: CheckCDIPodAnnotations, needsContainerd: true, judge: judgeCDIPodAnnotations},
 	{id: CheckNRIPlugin, needsContainerd: true, judge: judgeNRIPlugin},
+	{id: CheckNRIValidator, needsContainerd: true, judge: judgeNRIValidator},
+	{id: CheckEnforcerRequired, needsContainerd: true, judge: judgeEnforcerRequired},
 }
 
 func judgeToolkitConfig(in Inputs) (Status, string, string) {
@@ -238,6 +246,40 @@ func judgeNRIPlugin(in Inputs) (Status, string, string) {
 		return Unknown, "", "cannot tell whether NRI is enabled"
 	}
 	return Unknown, "NRI enabled", "NRI is enabled; no NVIDIA NRI plugin file found, but an externally started plugin cannot be seen from files"
+}
+
+// nriValidatorSection is where containerd 2.2 and later read NRI's default
+// validator.
+const nriValidatorSection = `[plugins."io.containerd.nri.v1.nri".default_validator]`
+
+// judgeNRIValidator: NRI's default validator runs. It is what holds every
+// container to required plugins; the node enforcer's own validation of the
+// final spec runs whenever it is connected, with or without it. Warn, not
+// fail: a node without the enforcer needs neither.
+func judgeNRIValidator(in Inputs) (Status, string, string) {
+	c := in.Containerd
+	switch {
+	case c.NRIEnabled != nil && !*c.NRIEnabled:
+		return Warn, "NRI disabled", "the node enforcer needs NRI: set disable = false under [plugins.\"io.containerd.nri.v1.nri\"]"
+	case !c.NRIValidator.Enabled:
+		return Warn, "false", "containers are created without the node enforcer while it is not connected: set enable = true under " + nriValidatorSection + " (containerd 2.2 and later)"
+	}
+	return Pass, "true", ""
+}
+
+// judgeEnforcerRequired: NRI's default validator requires the node
+// enforcer, so that no container is created while it is away. A toleration
+// annotation is reported: a pod that may set it is created without the
+// enforcer.
+func judgeEnforcerRequired(in Inputs) (Status, string, string) {
+	v := in.Containerd.NRIValidator
+	if !v.Requires(EnforcerPlugin) {
+		return Warn, strings.Join(v.RequiredPlugins, ","), "containers are created without the node enforcer while it is not connected: set enable = true and required_plugins = [\"" + EnforcerPlugin + "\"] under " + nriValidatorSection
+	}
+	if v.TolerateAnnotation != "" {
+		return Pass, strings.Join(v.RequiredPlugins, ","), "pods annotated " + v.TolerateAnnotation + "=true are created without it: deny that annotation key at admission (the policy's annotations.deniedKeys) but for the agent and static pods"
+	}
+	return Pass, strings.Join(v.RequiredPlugins, ","), ""
 }
 
 // String renders the report for logs.

@@ -37,24 +37,28 @@ func TestReportOnSampleNodes(t *testing.T) {
 			CheckRuntimeMode: Pass, CheckLdconfig: Pass, CheckToolkitVersion: Pass,
 			CheckContainerdConfig: Pass, CheckNVIDIADefaultRuntime: Pass,
 			CheckCDIPodAnnotations: Pass, CheckNRIPlugin: Pass,
+			CheckNRIValidator: Warn, CheckEnforcerRequired: Warn,
 		}},
 		{"default", "1.18.1", false, map[string]Status{
 			CheckToolkitConfig: Pass, CheckEnvvarUnprivileged: Fail, CheckVolumeMounts: Warn,
 			CheckRuntimeMode: Warn, CheckLdconfig: Pass, CheckToolkitVersion: Fail,
 			CheckContainerdConfig: Pass, CheckNVIDIADefaultRuntime: Fail,
 			CheckCDIPodAnnotations: Pass, CheckNRIPlugin: Unknown,
+			CheckNRIValidator: Warn, CheckEnforcerRequired: Warn,
 		}},
 		{"inconsistent", "", false, map[string]Status{
 			CheckToolkitConfig: Pass, CheckEnvvarUnprivileged: Pass, CheckVolumeMounts: Warn,
 			CheckRuntimeMode: Pass, CheckLdconfig: Fail, CheckToolkitVersion: Unknown,
 			CheckContainerdConfig: Pass, CheckNVIDIADefaultRuntime: Pass,
 			CheckCDIPodAnnotations: Fail, CheckNRIPlugin: Fail,
+			CheckNRIValidator: Warn, CheckEnforcerRequired: Warn,
 		}},
 		{"operator-cdi", "1.18.2", true, map[string]Status{
 			CheckToolkitConfig: Pass, CheckEnvvarUnprivileged: Pass, CheckVolumeMounts: Pass,
 			CheckRuntimeMode: Pass, CheckLdconfig: Pass, CheckToolkitVersion: Pass,
 			CheckContainerdConfig: Pass, CheckNVIDIADefaultRuntime: Pass,
 			CheckCDIPodAnnotations: Pass, CheckNRIPlugin: Pass,
+			CheckNRIValidator: Warn, CheckEnforcerRequired: Warn,
 		}},
 	}
 	for _, tc := range cases {
@@ -244,4 +248,43 @@ func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
 		t.Fatal(err)
 	}
 	return m.GetGauge().GetValue()
+}
+
+// TestEnforcerRequiredByContainerd: the report says whether NRI's default
+// validator runs and requires the node enforcer, by name or by index and
+// name, and names a toleration annotation, which a pod must not be able to
+// set.
+func TestEnforcerRequiredByContainerd(t *testing.T) {
+	const nri = "version = 3\n[plugins.\"io.containerd.nri.v1.nri\"]\ndisable = false\n"
+	const validator = "[plugins.\"io.containerd.nri.v1.nri\".default_validator]\n"
+	for _, tc := range []struct {
+		name, config       string
+		validator, require Status
+		detail             string
+	}{
+		{name: "NRI off", config: "version = 3\n[plugins.\"io.containerd.nri.v1.nri\"]\ndisable = true\n", validator: Warn, require: Warn},
+		{name: "no validator", config: nri, validator: Warn, require: Warn},
+		{name: "validator, nothing required", config: nri + validator + "enable = true\n", validator: Pass, require: Warn},
+		{name: "required, not enabled", config: nri + validator + "required_plugins = [\"gpuguard\"]\n", validator: Warn, require: Warn},
+		{name: "required", config: nri + validator + "enable = true\nrequired_plugins = [\"gpuguard\"]\n", validator: Pass, require: Pass},
+		{name: "required by index and name, tolerable", config: nri + validator +
+			"enable = true\nrequired_plugins = [\"90-gpuguard\"]\ntolerate_missing_plugins_annotation = \"gpuguard.io/tolerate-missing-enforcer\"\n",
+			validator: Pass, require: Pass, detail: "gpuguard.io/tolerate-missing-enforcer=true"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseContainerdConfig([]byte(tc.config))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := BuildReport(Inputs{Containerd: c})
+			v, _ := r.Get(CheckNRIValidator)
+			req, _ := r.Get(CheckEnforcerRequired)
+			if v.Status != tc.validator || req.Status != tc.require {
+				t.Errorf("%s %s (%s), %s %s (%s); want %s, %s", CheckNRIValidator, v.Status, v.Detail, CheckEnforcerRequired, req.Status, req.Detail, tc.validator, tc.require)
+			}
+			if !strings.Contains(req.Detail, tc.detail) {
+				t.Errorf("%s detail %q, want it to name %q", CheckEnforcerRequired, req.Detail, tc.detail)
+			}
+		})
+	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
+	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gpuguard/gpuguard/e2e/framework/kubenode"
@@ -106,4 +107,63 @@ func testEnforcedWildcardRule(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "gpuguard") || !strings.Contains(err.Error(), "c 195:* rwm") {
 		t.Errorf("a container whose cgroup allows c 195:* rwm: %v, want refused by gpuguard naming the rule", err)
 	}
+}
+
+// laterGrant is an NRI plugin ordered after the enforcer (index 95), which
+// the enforcer's CreateContainer never sees, that gives containers named
+// greedy a GPU's device node, that GPU as a CDI device, and
+// NVIDIA_VISIBLE_DEVICES=all.
+type laterGrant struct {
+	gpu          framework.FakeGPU
+	major, minor int64
+}
+
+func (l laterGrant) CreateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	if ctr.GetName() != "greedy" {
+		return nil, nil, nil
+	}
+	adj := &api.ContainerAdjustment{}
+	adj.AddDevice(&api.LinuxDevice{Path: "/dev/greedy-gpu", Type: "c", Major: l.major, Minor: l.minor})
+	adj.AddCDIDevice(&api.CDIDevice{Name: framework.CDIKind + "=" + l.gpu.UUID})
+	adj.AddEnv("NVIDIA_VISIBLE_DEVICES", "all")
+	return adj, nil, nil
+}
+
+// testEnforcedLaterPlugin: a plugin registered after the enforcer grants a
+// container without a GPU a GPU's device node, a CDI device and a device
+// variable; the enforcer, validating the adjustment merged from every
+// plugin, gets the container refused. A one-GPU pod created beside it,
+// which the plugin leaves alone, keeps exactly its own GPU.
+func testEnforcedLaterPlugin(t *testing.T) {
+	logEnforcerOnFailure(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	gpu := s.node.GPUs[len(s.node.GPUs)-1]
+	var st unix.Stat_t
+	if err := unix.Stat(gpu.Node, &st); err != nil {
+		t.Fatal(err)
+	}
+	plugin, err := stub.New(laterGrant{gpu: gpu, major: int64(unix.Major(st.Rdev)), minor: int64(unix.Minor(st.Rdev))},
+		stub.WithPluginName("later-grant"), stub.WithPluginIdx("95"), stub.WithSocketPath(s.node.NRISocket()), stub.WithOnClose(func() {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plugin.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer plugin.Stop()
+	sb, stop, err := startHeldSandbox(ctx, "enforced-later-plugin", "later-plugin-logs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	id, err := sb.create(ctx, "greedy", framework.ProbeImage)
+	if id != "" {
+		_ = sb.runtime.RemoveContainer(ctx, id)
+	}
+	if err == nil || !strings.Contains(err.Error(), "gpuguard") {
+		t.Errorf("a container a later plugin gave a GPU node, a CDI device and NVIDIA_VISIBLE_DEVICES=all: %v, want refused by gpuguard", err)
+	}
+	report, pod := probe(t, tenantNS, gpuPod("enforced-beside-later-plugin"))
+	expectAllocatedOnly(t, report, pod)
 }

@@ -76,6 +76,7 @@ func TestNode(t *testing.T) {
 		t.Run("with the enforcer down a container is created as its pod says, and judged at its next start", testEnforcerDownFailsOpen)
 		apply(t, enforcedRequired)
 		t.Run("required by containerd, with the enforcer down a container is refused until it is back", testEnforcerRequired)
+		t.Run("a later NRI plugin's GPU node, CDI device and device variable get the container refused; a one-GPU pod beside it keeps its own", testEnforcedLaterPlugin)
 		apply(t, enforcedPassthrough)
 		t.Run("a one-GPU pod asking for every GPU by CDI annotation sees its own", testEnforcedCDIAnnotation)
 		apply(t, enforcedMount)

@@ -221,19 +221,6 @@ as the operator's getDriverName builds them. Include with the gpuOperator preset
 {{- toYaml $out -}}
 {{- end -}}
 
-{{/* Namespaces of the enabled presets whose workloads see GPUs they were not allocated: the verifier reports them at info level only. */}}
-{{- define "gpuguard.presetGPUNamespaces" -}}
-{{- $ps := .Values.policy.presets -}}
-{{- $out := list -}}
-{{- range $key := list "gpuOperator" "nvidiaDevicePlugin" "nvidiaDRADriver" "dcgmExporter" "migManager" -}}
-{{- $preset := get $ps $key -}}
-{{- if $preset.enabled -}}
-{{- $out = append $out $preset.namespace -}}
-{{- end -}}
-{{- end -}}
-{{- toYaml $out -}}
-{{- end -}}
-
 {{/* The policy as data, for decisions the chart takes from it. */}}
 {{- define "gpuguard.policySpec" -}}
 {{- $doc := fromYaml (include "gpuguard.policyDocument" .) -}}
