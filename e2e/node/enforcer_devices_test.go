@@ -114,7 +114,7 @@ func testEnforcedWildcardRule(t *testing.T) {
 // greedy a GPU's device node, that GPU as a CDI device, and
 // NVIDIA_VISIBLE_DEVICES=all.
 type laterGrant struct {
-	gpu          framework.FakeGPU
+	gpu          kubenode.FakeGPU
 	major, minor int64
 }
 
@@ -124,7 +124,7 @@ func (l laterGrant) CreateContainer(_ context.Context, _ *api.PodSandbox, ctr *a
 	}
 	adj := &api.ContainerAdjustment{}
 	adj.AddDevice(&api.LinuxDevice{Path: "/dev/greedy-gpu", Type: "c", Major: l.major, Minor: l.minor})
-	adj.AddCDIDevice(&api.CDIDevice{Name: framework.CDIKind + "=" + l.gpu.UUID})
+	adj.AddCDIDevice(&api.CDIDevice{Name: kubenode.CDIKind + "=" + l.gpu.UUID})
 	adj.AddEnv("NVIDIA_VISIBLE_DEVICES", "all")
 	return adj, nil, nil
 }
@@ -157,7 +157,7 @@ func testEnforcedLaterPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	id, err := sb.create(ctx, "greedy", framework.ProbeImage)
+	id, err := sb.create(ctx, "greedy", kubenode.ProbeImage)
 	if id != "" {
 		_ = sb.runtime.RemoveContainer(ctx, id)
 	}
