@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -50,6 +51,11 @@ type Agent struct {
 	nodeLabels *labelPublisher
 	// assessed is what the last hardening assessment found and wrote.
 	assessed assessment
+	// enforcerRequired: the last assessment found containerd refusing
+	// containers while the node enforcer is not connected. The enforcer's
+	// Lease, which lets admission count the node as covered, is held only
+	// then.
+	enforcerRequired atomic.Bool
 	// kube records the verifier's Events and evictions; nil without API access.
 	kube kubernetes.Interface
 	// unqueued makes the calls a container's creation waits on (the

@@ -58,7 +58,11 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 		Decisions: a.enforceDecisions, Latency: a.enforceLatency, Reads: a.enforceReads,
 		Validations: a.enforceValidations, ValidationLatency: a.enforceValidationLatency}
 	if ns := a.leaseNamespace(); a.unqueued != nil && ns != "" {
-		p.Lease = &enforcer.Lease{Client: a.unqueued, Namespace: ns, Node: a.cfg.NodeName, Duration: enforcer.DefaultLeaseDuration, Log: p.Log}
+		// The node counts as covered only where it fails closed: while
+		// containerd requires the enforcer (the hardening report's
+		// gpuguard_nri_required), read again at each assessment.
+		p.Lease = &enforcer.Lease{Client: a.unqueued, Namespace: ns, Node: a.cfg.NodeName, Duration: enforcer.DefaultLeaseDuration, Log: p.Log,
+			Covers: a.enforcerRequired.Load}
 	}
 	s.wg.Add(2)
 	go func() {

@@ -45,6 +45,7 @@ func (a *Agent) reportHardening(ctx context.Context, start bool) nodereport.Inpu
 		as.versionKnown = true
 	}
 	in := loc.Collect(as.version)
+	a.enforcerRequired.Store(in.Containerd != nil && in.Containerd.RequiresEnforcer())
 	report := nodereport.BuildReport(in)
 	a.hardening.Set(report)
 	if summary := report.String(); start || summary != as.summary {

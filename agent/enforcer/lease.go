@@ -36,14 +36,32 @@ type Lease struct {
 	Name     string
 	Duration time.Duration
 	Log      logr.Logger
+	// Covers, when set, says whether the node is covered at all: the
+	// Lease is held only while it reports true, and released (renewed
+	// with no holder) while it reports false. For the enforcer's Lease it
+	// is whether the runtime requires the enforcer: where it does not, a
+	// container created while the enforcer is away (agent restart, OOM,
+	// containerd restart, a decision past NRI's timeout) is created as
+	// its pod says, so admission must not count on the enforcer.
+	Covers func() bool
 }
 
 // Hold renews the Lease until ctx ends, then releases it.
 func (l *Lease) Hold(ctx context.Context) {
 	t := time.NewTicker(l.Duration / 3)
 	defer t.Stop()
+	covered := true
 	for {
-		if err := l.write(ctx, l.Node); err != nil && ctx.Err() == nil {
+		holder := l.Node
+		if now := l.Covers == nil || l.Covers(); now != covered {
+			covered = now
+			l.Log.Info("Lease coverage changed", "lease", l.name(), "covered", covered,
+				"reason", "the node counts as covered only while its runtime requires the enforcer (hardening check gpuguard_nri_required)")
+		}
+		if !covered {
+			holder = ""
+		}
+		if err := l.write(ctx, holder); err != nil && ctx.Err() == nil {
 			l.Log.Error(err, "Lease not renewed")
 		}
 		select {
@@ -62,10 +80,7 @@ func (l *Lease) Hold(ctx context.Context) {
 // write sets the Lease's holder ("" releases it) and renewal time.
 func (l *Lease) write(ctx context.Context, holder string) error {
 	leases := l.Client.CoordinationV1().Leases(l.Namespace)
-	name := l.Name
-	if name == "" {
-		name = wellknown.EnforcerLeasePrefix + l.Node
-	}
+	name := l.name()
 	seconds := int32(l.Duration / time.Second)
 	now := metav1.NewMicroTime(time.Now())
 	spec := coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds, RenewTime: &now}
@@ -83,4 +98,12 @@ func (l *Lease) write(ctx context.Context, holder string) error {
 		return fmt.Errorf("Lease %s/%s: %w", l.Namespace, name, err)
 	}
 	return nil
+}
+
+// name is the Lease's name: Name, else the node enforcer's.
+func (l *Lease) name() string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return wellknown.EnforcerLeasePrefix + l.Node
 }

@@ -73,6 +73,15 @@ func (v NRIValidator) Requires(name string) bool {
 	return false
 }
 
+// RequiresEnforcer reports whether containerd refuses every container
+// while the node enforcer is not connected: NRI on, its default validator
+// on, and the enforcer among its required plugins. Only then does a node
+// fail closed, and only then does the agent let admission count the node
+// as covered (the enforcer's Lease).
+func (c ContainerdConfig) RequiresEnforcer() bool {
+	return (c.NRIEnabled == nil || *c.NRIEnabled) && c.NRIValidator.Requires(EnforcerPlugin)
+}
+
 // LoadContainerdConfig finds and parses containerd's config (with imports);
 // nil, nil when none is found.
 func (l Locator) LoadContainerdConfig() (*ContainerdConfig, error) {

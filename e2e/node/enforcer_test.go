@@ -396,8 +396,17 @@ func testEnforcerDownFailsOpen(t *testing.T) {
 	// Stopped, the enforcer has released its Lease: the webhook's
 	// injectVoid auto no longer counts the node as covered.
 	expectLeaseHolder(t, "")
+	uncovered := strings.Count(s.node.AgentLog(), "Lease coverage changed")
 	startAgain()
-	expectLeaseHolder(t, nodeName)
+	// Back and registered, it still does not count the node as covered:
+	// this containerd creates containers while the enforcer is away, as
+	// this pod's first run shows, so its Lease stays released.
+	if err := framework.Poll(ctx, time.Minute, func() (bool, error) {
+		return strings.Count(s.node.AgentLog(), "Lease coverage changed") > uncovered, nil
+	}); err != nil {
+		t.Fatalf("the enforcer did not judge its coverage: %v\n%s", err, s.node.AgentLogTail())
+	}
+	expectLeaseHolder(t, "")
 	// StartedAt has whole seconds: only a run that began a full second
 	// after the enforcer registered is surely its.
 	back := time.Now().Truncate(time.Second).Add(time.Second)
@@ -414,6 +423,8 @@ func testEnforcerRequired(t *testing.T) {
 	expectCreateContainerError(t, p, `required plugin "gpuguard"`)
 	startAgain()
 	expectGPUs(t, runStartedAfter(t, p.Name, time.Time{}), nil)
+	// A node that fails closed counts as covered while its enforcer runs.
+	expectLeaseHolder(t, nodeName)
 }
 
 // runStartedAfter waits for a run of pod name's probe container that began

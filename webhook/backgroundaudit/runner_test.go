@@ -235,7 +235,7 @@ func TestOnceReportsCRDsMissing(t *testing.T) {
 	if got := testutil.ToFloat64(a.metrics.Runs.WithLabelValues("success")); got != 0 {
 		t.Errorf("successful runs %v, want 0", got)
 	}
-	if !strings.Contains(l.String(), "OpenReports CRDs") || !strings.Contains(l.String(), "--audit-reports") {
+	if !strings.Contains(l.String(), "OpenReports CRDs") || !strings.Contains(l.String(), "audit.reports") {
 		t.Errorf("the log does not say the CRDs are missing:\n%s", l)
 	}
 }
