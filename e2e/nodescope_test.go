@@ -235,7 +235,8 @@ func installChartPolicy(t *testing.T, ctx context.Context, golden, name string) 
 // cannot keep anyone with Lease rights in the release namespace from
 // creating one. The chart's coverage-leases policy, on a real API server,
 // does: each forgery is first shown succeeding (a dry run), then refused,
-// while the agent's own writes still pass.
+// while the agent's own writes still pass. (Another node's Lease, which
+// the node-scope policy refuses the agent too, is TestAgentNodeScope's.)
 func TestCoverageLeasesOnlyTheirAgent(t *testing.T) {
 	ctx := context.Background()
 	grantAgent(t, ctx)
@@ -251,10 +252,9 @@ func TestCoverageLeasesOnlyTheirAgent(t *testing.T) {
 	}
 	onA, admin := agentClient(t, "node-a"), s.cp.Client
 	attacks := map[string]func() error{
-		"an admin's enforcer Lease for a node":     func() error { return write(admin, wellknown.EnforcerLeasePrefix, "node-a", 60) },
-		"an admin's agent Lease for a node":        func() error { return write(admin, wellknown.AgentLeasePrefix, "node-a", 60) },
-		"the agent, a Lease lasting 68 years":      func() error { return write(onA, wellknown.EnforcerLeasePrefix, "node-a", 2147483647) },
-		"the agent, another node's enforcer Lease": func() error { return write(onA, wellknown.EnforcerLeasePrefix, "node-b", 60) },
+		"an admin's enforcer Lease for a node": func() error { return write(admin, wellknown.EnforcerLeasePrefix, "node-a", 60) },
+		"an admin's agent Lease for a node":    func() error { return write(admin, wellknown.AgentLeasePrefix, "node-a", 60) },
+		"the agent, a Lease lasting 68 years":  func() error { return write(onA, wellknown.EnforcerLeasePrefix, "node-a", 2147483647) },
 		"the agent, one second past its own lasting": func() error {
 			return write(onA, wellknown.AgentLeasePrefix, "node-a", wellknown.CoverageLeaseSeconds+1)
 		},
@@ -271,6 +271,16 @@ func TestCoverageLeasesOnlyTheirAgent(t *testing.T) {
 			t.Fatalf("without the policy, %s is refused (%v): the test shows nothing", name, err)
 		}
 	}
+	// Registered before the policy's own cleanup, this runs after it: the
+	// API server drops a deleted policy through its informers, and the
+	// tests after this one write coverage Leases as the admin.
+	t.Cleanup(func() {
+		if err := framework.Poll(ctx, time.Minute, func() (bool, error) {
+			return attacks["an admin's enforcer Lease for a node"]() == nil, nil
+		}); err != nil {
+			t.Errorf("the coverage-leases policy stayed in force after its deletion: %v", err)
+		}
+	})
 	installChartPolicy(t, ctx, "node-enforcer.yaml", "gpuguard-agent-coverage-leases")
 	if err := framework.Poll(ctx, time.Minute, func() (bool, error) {
 		err := attacks["an admin's enforcer Lease for a node"]()

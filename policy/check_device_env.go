@@ -23,13 +23,14 @@ import (
 // through valueFrom are judged by env-value-from. Default action: deny (or strip).
 func checkDeviceEnv(in *Input, c *containerRef) []Finding {
 	var out []Finding
+	var env envFolder
 	for i := range c.c.Env {
 		v := &c.c.Env[i]
 		if v.ValueFrom != nil || !in.e.isDeviceVar(v.Name) {
 			continue
 		}
 		if problem := deviceEnvProblem(c.gpu, v.Name, v.Value); problem != "" {
-			out = append(out, envFinding(RuleDeviceEnv, c, i, "%s", problem))
+			out = env.add(out, envFinding(RuleDeviceEnv, c, i, "%s", problem))
 		} else if v.Value == "none" && in.mutable {
 			out = append(out, editOf(RuleDeviceEnv, c, edit{kind: editVoidValue, index: i}))
 		}

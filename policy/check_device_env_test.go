@@ -22,3 +22,23 @@ func TestCheckDeviceEnv(t *testing.T) {
 			ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}))}},
 	}, nil, checkDeviceEnv)
 }
+
+// TestEnvFindingsFold: a container with thousands of offending entries
+// costs the rule MaxFindings+1 findings, the rest folded into the last as
+// entry indexes; the engine still counts every one (bounds_test.go).
+func TestEnvFindingsFold(t *testing.T) {
+	const n = 5000
+	env := make([]corev1.EnvVar, n)
+	for i := range env {
+		env[i] = corev1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}
+	}
+	in := inputOf(t, nil, Request{Object: podOf(ctr("flood", env...))})
+	got := checkDeviceEnv(in, &in.containers[0])
+	if len(got) != MaxFindings+1 {
+		t.Fatalf("%d findings, want %d", len(got), MaxFindings+1)
+	}
+	last := got[len(got)-1]
+	if len(last.folded) != n-MaxFindings-1 || last.folded[0] != MaxFindings+1 || last.folded[len(last.folded)-1] != n-1 {
+		t.Errorf("folded %d entries (%v…), want %d from %d", len(last.folded), last.folded[:min(3, len(last.folded))], n-MaxFindings-1, MaxFindings+1)
+	}
+}

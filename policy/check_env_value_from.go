@@ -20,12 +20,13 @@ import (
 // KAI's binder may write.
 func checkEnvValueFrom(in *Input, c *containerRef) []Finding {
 	var out []Finding
+	var env envFolder
 	for i := range c.c.Env {
 		v := &c.c.Env[i]
 		if v.ValueFrom == nil || !in.e.isProtectedName(v.Name) || in.kaiFractionRef(c, v) {
 			continue
 		}
-		out = append(out, envFinding(RuleEnvValueFrom, c, i,
+		out = env.add(out, envFinding(RuleEnvValueFrom, c, i,
 			"sets %s by valueFrom, unknown at admission; use a literal value or remove it", v.Name))
 	}
 	return out

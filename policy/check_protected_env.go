@@ -27,13 +27,14 @@ import (
 // Default action: deny (or strip).
 func checkProtectedEnv(in *Input, c *containerRef) []Finding {
 	var out []Finding
+	var env envFolder
 	for i := range c.c.Env {
 		v := &c.c.Env[i]
 		if v.ValueFrom != nil {
 			continue
 		}
 		if problem := in.e.protectedEnvProblem(in.gpuFeatures(c), v.Name, v.Value); problem != "" {
-			out = append(out, envFinding(RuleProtectedEnv, c, i, "%s", problem))
+			out = env.add(out, envFinding(RuleProtectedEnv, c, i, "%s", problem))
 		}
 	}
 	return out

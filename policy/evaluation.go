@@ -86,6 +86,11 @@ func (ev *evaluation) record(fs []Finding) {
 		case f.effect == effectNone:
 		case f.onEnv:
 			ev.keepEnv(f)
+			for _, i := range f.folded {
+				g := *f
+				g.envIndex, g.folded = int(i), nil
+				ev.keepEnv(&g)
+			}
 		default:
 			r := reported{rule: f.rule, effect: f.effect, path: f.path}
 			if f.container != nil {

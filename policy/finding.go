@@ -29,6 +29,11 @@ type Finding struct {
 	// strip mode removes instead of denying.
 	onEnv    bool
 	envIndex int
+	// folded are more env entries of the same rule and container, past the
+	// first MaxFindings (envFolder): the engine judges each as it would a
+	// finding of its own, and words none of them, since MaxFindings env
+	// findings of the same effect come before.
+	folded []int32
 	// format and args are the message ("what; fix"), formatted only for a
 	// finding the engine keeps.
 	format string
@@ -78,6 +83,26 @@ func containerFinding(rule RuleID, eff effect, c *containerRef, path, format str
 // engine removes the entry instead of denying.
 func envFinding(rule RuleID, c *containerRef, i int, format string, args ...any) Finding {
 	return Finding{rule: rule, effect: effectDeny, container: c, onEnv: true, envIndex: i, format: format, args: args}
+}
+
+// envFolder keeps a rule's env findings on one container bounded: the
+// first MaxFindings are findings of their own, the rest are folded into
+// the one after them as entry indexes. The engine words at most
+// MaxFindings findings of an effect, and a rule's env findings share one,
+// so the folded ones would only be counted: a container with tens of
+// thousands of offending entries costs the rule an index each, not a
+// Finding each.
+type envFolder struct{ n, carrier int }
+
+// add appends env finding f to out, or folds it.
+func (e *envFolder) add(out []Finding, f Finding) []Finding {
+	e.n++
+	if e.n <= MaxFindings+1 {
+		e.carrier = len(out)
+		return append(out, f)
+	}
+	out[e.carrier].folded = append(out[e.carrier].folded, int32(f.envIndex))
+	return out
 }
 
 // editOf is a finding that only asks for an edit of container c (nil for
