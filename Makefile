@@ -38,7 +38,7 @@ build: build-gpuguard build-agent
 
 # The gpuguard binary (webhook, check, audit, render-cel): static, no cgo.
 build-gpuguard:
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/gpuguard ./cmd/gpuguard
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/gpuguard ./cmd/gpuguard
 
 # The node agent: cgo for NVML, which it dlopens at start (no driver needed to build).
 build-agent:

@@ -39,9 +39,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "gpuguard")
-	// Built as make build-gpuguard builds it (static, -trimpath), so that the
-	// build cache serves both.
-	build := exec.Command("go", "build", "-trimpath", "-o", binary, "./cmd/gpuguard")
+	// Built as make build-gpuguard builds it (static, -trimpath, without
+	// debug information), so that the build cache serves both.
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", binary, "./cmd/gpuguard")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		panic("building gpuguard: " + err.Error() + "\n" + string(out))

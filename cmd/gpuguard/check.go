@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -27,12 +29,19 @@ type checkOptions struct {
 	// would create them.
 	namespace string
 	out       outputOptions
+	// kindsFile adds kinds to the built-in table of kinds whose pods are
+	// found at known paths; kinds is the table.
+	kindsFile string
+	kinds     manifest.Kinds
+	// ignore are globs on file paths and on KIND/NAMESPACE/NAME: what they
+	// match is not judged.
+	ignore []string
 }
 
 func newCheckCommand() *cobra.Command {
 	o := &checkOptions{}
 	cmd := &cobra.Command{
-		Use:   "check [--policy FILE] [--mode enforce|warn|audit] [-n NAMESPACE] [-o text|json|sarif] [-q] [--fail-on deny|warn] PATH...",
+		Use:   "check [--policy FILE] [--mode enforce|warn|audit] [-n NAMESPACE] [-o text|json|sarif] [-q] [--fail-on deny|warn|skip] [--kinds FILE] [--ignore PATTERN]... PATH...",
 		Short: "Report what the API server would do with pods and pod controllers, offline",
 		Long: `check reports, for every pod, pod controller and Binding in the given files,
 what gpuguard would do at admission: the mutating phase, then the validating phase
@@ -41,11 +50,13 @@ on the mutated object.
 PATH is a YAML or JSON file (several documents, or kind: List), a directory
 (walked for *.yaml, *.yml and *.json) or - for standard input. ConfigMaps in the
 input serve envFrom inspection and Namespaces their gpuguard.io/mode label.
-Objects of other kinds are searched for pod templates (a PyTorchJob's replica
-specs, a JobSet's replicated Jobs, a RayJob's head and worker groups, a
-LeaderWorkerSet's templates, a Volcano Job's tasks…), each judged as its
-operator's pods will be; kinds without one, and documents that are no
-Kubernetes object (a kustomization, a CI workflow), are skipped with a note.
+Custom resources are judged through the pods their operators will create:
+GPU job kinds (Kubeflow, KServe, Knative, Argo Workflows, Tekton, Spark,
+Ray, JobSet, LeaderWorkerSet, Volcano) from a table that --kinds extends,
+other kinds wherever a pod template sits. Kinds without a pod, and documents
+that are no Kubernetes object (a kustomization, a CI workflow), are skipped
+with a note; --fail-on skip makes a skip fail the run. --ignore leaves out
+files, directories or KIND/NAMESPACE/NAME matching a glob.
 Objects without a namespace are in the one --namespace names ("default"),
 where a namespace exemption applies to them.
 Pods and pod controllers are decoded strictly, as the API server does: an
@@ -59,12 +70,14 @@ With --policy and no PATH, check only validates the policy (a document, or a
 ConfigMap manifest holding it), as the webhook would load it.
 
 Exit status: 0 when every object is allowed (a patch or a warning still counts as
-allowed, unless --fail-on warn), 1 when any is denied, 2 for usage errors, unreadable or unparsable
+allowed, unless --fail-on warn), 1 when any is denied (or, with --fail-on skip,
+skipped), 2 for usage errors, unreadable or unparsable
 documents, and empty input.`,
 		Example: `  gpuguard check examples/
   kubectl kustomize overlays/prod | gpuguard check -o json -
   gpuguard check -q --policy gpuguard-policy.yaml --mode warn manifests/
   gpuguard check -o sarif manifests/ > gpuguard.sarif
+  gpuguard check --fail-on deny,skip --kinds gpu-kinds.yaml --ignore 'third_party' workflows/
   gpuguard check --policy gpuguard-policy-configmap.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -79,9 +92,41 @@ documents, and empty input.`,
 	cmd.Flags().StringVar(&o.policyFile, "policy", "", "policy document, or a ConfigMap manifest holding it under policy.yaml (default: the built-in policy)")
 	cmd.Flags().StringVar(&o.mode, "mode", "", "override the policy's mode: enforce, warn or audit")
 	cmd.Flags().StringVarP(&o.namespace, "namespace", "n", "default", "the namespace of objects that name none, as kubectl apply -n would create them (a namespace exemption then applies)")
+	cmd.Flags().StringVar(&o.kindsFile, "kinds", "", "YAML file of custom resource kinds and the paths of their pod templates, pod specs or containers (see docs/cli.md), beside the built-in ones")
+	cmd.Flags().StringArrayVar(&o.ignore, "ignore", nil, "do not judge what matches this glob: a file path (or a directory above it, or a file's base name), or KIND/NAMESPACE/NAME; repeatable")
 	o.out.addFlags(cmd.Flags())
 	return cmd
 }
+
+// ignored says whether an --ignore pattern matches the document's file, a
+// directory above it, its base name, or its KIND/NAMESPACE/NAME.
+func (o *checkOptions) ignored(d manifest.Document, namespace string) bool {
+	if len(o.ignore) == 0 {
+		return false
+	}
+	id := d.GVK.Kind + "/" + namespace + "/" + d.Meta.Name
+	src := filepath.ToSlash(strings.TrimSuffix(d.Source, kustomizeSuffix))
+	for _, p := range o.ignore {
+		if ok, _ := path.Match(p, id); ok {
+			return true
+		}
+		if d.Source == manifest.StdinName {
+			continue
+		}
+		if ok, _ := path.Match(p, path.Base(src)); ok {
+			return true
+		}
+		for s := path.Clean(src); s != "." && s != "/" && s != ""; s = path.Dir(s) {
+			if ok, _ := path.Match(p, s); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// kustomizeSuffix ends the source of documents a kustomization built.
+const kustomizeSuffix = " (kustomize build)"
 
 // checkedObject is one element of `check -o json`: a contract for scripts.
 type checkedObject struct {
@@ -104,8 +149,12 @@ type checkedObject struct {
 	// TemplateVoid names, for a pod controller, the containers its pods will
 	// get void in.
 	TemplateVoid []string `json:"templateVoid,omitempty"`
-	// Line is where the object's document starts in its file (check only).
+	// Line is where the object's document starts in its file (check
+	// only); for a pod embedded in a custom resource, where it sits.
 	Line int `json:"line,omitempty"`
+	// Path is where an embedded pod sits in its custom resource
+	// (spec.templates[0]), for which Name ends with it too.
+	Path string `json:"path,omitempty"`
 	// Error, on an entry of its own, is an input that could not be judged
 	// (a document that does not parse, a file that cannot be read): its
 	// source and line where known, and why. Such an entry is not allowed.
@@ -134,10 +183,25 @@ func (o *checkOptions) run(ctx context.Context, paths []string, stdin io.Reader,
 	if msgs := validation.IsDNS1123Label(o.namespace); len(msgs) > 0 {
 		return &exitError{exitUsage, fmt.Sprintf("--namespace %q: %s", o.namespace, strings.Join(msgs, "; "))}
 	}
+	for _, p := range o.ignore {
+		if _, err := path.Match(p, ""); err != nil {
+			return &exitError{exitUsage, fmt.Sprintf("--ignore %q: %v", p, err)}
+		}
+	}
+	o.kinds = manifest.BuiltinKinds()
+	if o.kindsFile != "" {
+		if err := o.kinds.LoadKinds(o.kindsFile); err != nil {
+			return &exitError{exitUsage, "--kinds: " + err.Error()}
+		}
+	}
 	inputs := newCheckInputs(docs, o.namespace)
+	inputs.kinds = o.kinds
 	var results []checkedObject
 	var skipped []string
 	for _, d := range docs {
+		if o.ignored(d, inputs.namespaceOf(d)) {
+			continue
+		}
 		switch {
 		case d.NotObject != "":
 			skipped = append(skipped, fmt.Sprintf("%s: %s", d.Location(), d.NotObject))
@@ -154,7 +218,11 @@ func (o *checkOptions) run(ctx context.Context, paths []string, stdin io.Reader,
 				readErrs = append(readErrs, fmt.Errorf("%s: %v", d.Location(), err))
 			}
 			if len(embedded) == 0 && err == nil {
-				skipped = append(skipped, fmt.Sprintf("%s %s (%s): not a pod or pod controller, and no pod template inside", d.GVK.Kind, displayName(d), d.Location()))
+				why := "not a pod or pod controller, and no pod template inside (name its kind with --kinds)"
+				if inputs.kinds.Lookup(d.GVK.GroupVersion().String(), d.GVK.Kind) != nil {
+					why = "no pod described inside (a task or runtime referenced by name is judged in its own document)"
+				}
+				skipped = append(skipped, fmt.Sprintf("%s %s (%s): %s", d.GVK.Kind, displayName(d), d.Location(), why))
 			}
 			results = append(results, embedded...)
 		}
@@ -209,6 +277,8 @@ type checkInputs struct {
 	namespaceLabels map[string]map[string]string
 	// namespace is where objects without one are judged.
 	namespace string
+	// kinds is where the pods of custom resources are.
+	kinds manifest.Kinds
 }
 
 func newCheckInputs(docs []manifest.Document, namespace string) *checkInputs {
@@ -260,8 +330,13 @@ func (in *checkInputs) admitEmbedded(ctx context.Context, e *policy.Engine, d ma
 	if d.Object != nil || d.Item > 0 || len(d.Raw) == 0 {
 		return nil, nil
 	}
-	found, err := manifest.PodTemplates(d.Raw)
+	kinds := in.kinds
+	if kinds == nil {
+		kinds = manifest.BuiltinKinds()
+	}
+	found, _, err := kinds.PodTemplatesOf(d.GVK.GroupVersion().String(), d.GVK.Kind, d.Raw)
 	var out []checkedObject
+	var lineOf func(string) int
 	for _, t := range found {
 		pt := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: d.Meta.Name, Namespace: d.Meta.Namespace}, Template: t.Template}
 		ns := in.namespaceOf(d)
@@ -270,8 +345,23 @@ func (in *checkInputs) admitEmbedded(ctx context.Context, e *policy.Engine, d ma
 		if aerr != nil {
 			return out, aerr
 		}
+		// Findings name the fields where they sit in the object, not in
+		// the pod template built from it.
+		for i := range r.Violations {
+			if r.Violations[i].Path != "" {
+				r.Violations[i].Path = t.SourcePath(r.Violations[i].Path)
+			}
+		}
+		for i := range r.Warnings {
+			if r.Warnings[i].Path != "" {
+				r.Warnings[i].Path = t.SourcePath(r.Warnings[i].Path)
+			}
+		}
 		o := newCheckedObject(d.GVK.GroupVersion().String(), d.GVK.Kind, ns, displayName(d)+t.Path, d.Location(), r)
-		o.Line, o.doc = d.Line, &d
+		if lineOf == nil {
+			lineOf = d.FieldLines()
+		}
+		o.Path, o.Line, o.doc = strings.TrimPrefix(t.Path, "."), lineOf(t.Path), &d
 		out = append(out, o)
 	}
 	return out, err

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -17,22 +18,30 @@ import (
 type outputOptions struct {
 	format string
 	quiet  bool
-	// failOn is what exits 1: deny (a denied object) or warn (also one
-	// that is only warned about).
+	// failOn is what exits 1, comma-separated: deny (a denied object,
+	// always), warn (also one that is only warned about), skip (also a
+	// document skipped, judged by nothing).
 	failOn string
+}
+
+// failsOn says whether --fail-on names what.
+func (o *outputOptions) failsOn(what string) bool {
+	return slices.Contains(strings.Split(o.failOn, ","), what)
 }
 
 func (o *outputOptions) addFlags(fl *pflag.FlagSet) {
 	fl.StringVarP(&o.format, "output", "o", "text", "output format: text, json (a contract for scripts) or sarif (code-scanning annotations)")
 	fl.BoolVarP(&o.quiet, "quiet", "q", false, "text output: print only objects that are denied, warned or mutated, and the summary")
-	fl.StringVar(&o.failOn, "fail-on", "deny", "what exits 1: deny (an object denied) or warn (also an object only warned about, for a warn-mode rollout)")
+	fl.StringVar(&o.failOn, "fail-on", "deny", "what exits 1, comma-separated: deny (an object denied), warn (also an object only warned about, for a warn-mode rollout), skip (also a document skipped: a kind with no pod gpuguard can find)")
 }
 
 func (o *outputOptions) validate() error {
-	switch o.failOn {
-	case "deny", "warn":
-	default:
-		return &exitError{exitUsage, fmt.Sprintf("--fail-on %q: use deny or warn", o.failOn)}
+	for _, f := range strings.Split(o.failOn, ",") {
+		switch f {
+		case "deny", "warn", "skip":
+		default:
+			return &exitError{exitUsage, fmt.Sprintf("--fail-on %q: use deny, warn or skip (comma-separated)", o.failOn)}
+		}
 	}
 	switch o.format {
 	case "text", "json", "sarif":
@@ -57,9 +66,12 @@ func (o *outputOptions) write(stdout, stderr io.Writer, results []checkedObject,
 		return err
 	}
 	for _, r := range results {
-		if r.Error == "" && (!r.Allowed || (o.failOn == "warn" && len(r.Warnings) > 0)) {
+		if r.Error == "" && (!r.Allowed || (o.failsOn("warn") && len(r.Warnings) > 0)) {
 			return &exitError{code: exitDenied}
 		}
+	}
+	if o.failsOn("skip") && len(skipped) > 0 {
+		return &exitError{exitDenied, fmt.Sprintf("%d documents skipped, judged by nothing (--fail-on skip): name their kinds with --kinds, or --ignore them", len(skipped))}
 	}
 	return nil
 }

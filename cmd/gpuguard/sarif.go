@@ -3,6 +3,9 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/gpuguard/gpuguard/internal/manifest"
 	"github.com/gpuguard/gpuguard/policy"
@@ -47,10 +50,33 @@ type sarifDriver struct {
 	Rules          []sarifRule `json:"rules"`
 }
 
+// sarifRule is a rule as GitHub code scanning shows it: its help, its
+// default level, and properties.security-severity (0.1-10), which sets the
+// alert's severity, with its tags.
 type sarifRule struct {
-	ID               string       `json:"id"`
-	ShortDescription sarifMessage `json:"shortDescription"`
-	HelpURI          string       `json:"helpUri"`
+	ID                   string            `json:"id"`
+	Name                 string            `json:"name"`
+	ShortDescription     sarifMessage      `json:"shortDescription"`
+	FullDescription      sarifMessage      `json:"fullDescription"`
+	Help                 sarifHelp         `json:"help"`
+	HelpURI              string            `json:"helpUri"`
+	DefaultConfiguration sarifRuleConfig   `json:"defaultConfiguration"`
+	Properties           sarifRuleProperty `json:"properties"`
+}
+
+type sarifHelp struct {
+	Text     string `json:"text"`
+	Markdown string `json:"markdown"`
+}
+
+type sarifRuleConfig struct {
+	Level string `json:"level"`
+}
+
+type sarifRuleProperty struct {
+	SecuritySeverity string   `json:"security-severity"`
+	Tags             []string `json:"tags"`
+	Precision        string   `json:"precision"`
 }
 
 type sarifMessage struct {
@@ -83,7 +109,8 @@ type sarifRegion struct {
 
 const sarifSchema = "https://json.schemastore.org/sarif-2.1.0.json"
 
-// rulesURI documents every rule (the rule table of docs/policy.md).
+// rulesURI documents every rule (the rule table of docs/policy.md, whose
+// rows have no anchors of their own).
 const rulesURI = "https://github.com/gpuguard/gpuguard/blob/main/docs/policy.md#rules"
 
 // stdinURI locates results of documents read from standard input: SARIF
@@ -97,7 +124,7 @@ func writeSARIF(w io.Writer, results []checkedObject) error {
 	run := sarifRun{Tool: sarifTool{Driver: sarifDriver{Name: "gpuguard", Version: buildVersion(),
 		InformationURI: "https://github.com/gpuguard/gpuguard"}}, Results: []sarifResult{}}
 	for _, r := range policy.Registry() {
-		run.Tool.Driver.Rules = append(run.Tool.Driver.Rules, sarifRule{ID: string(r.ID), ShortDescription: sarifMessage{r.Summary}, HelpURI: rulesURI})
+		run.Tool.Driver.Rules = append(run.Tool.Driver.Rules, sarifRuleOf(r))
 	}
 	inv := sarifInvocation{ExecutionSuccessful: true}
 	for _, o := range results {
@@ -129,11 +156,48 @@ func writeSARIF(w io.Writer, results []checkedObject) error {
 	return enc.Encode(sarifLog{Schema: sarifSchema, Version: "2.1.0", Runs: []sarifRun{run}})
 }
 
+// sarifRuleOf describes a rule: its summary (the rule table's line) as
+// its descriptions and help, its default effect as level and severity.
+func sarifRuleOf(r *policy.Rule) sarifRule {
+	level, severity := "error", "8.0" // a denial: a container reaching GPUs it was not given
+	switch s := strings.ToLower(r.Summary); {
+	case strings.HasPrefix(s, "(mutation)"):
+		level, severity = "note", "2.0"
+	case strings.HasPrefix(s, "advisory"), strings.HasPrefix(s, "(warning)"), strings.HasPrefix(s, "warning"):
+		level, severity = "warning", "4.0"
+	}
+	plain := strings.ReplaceAll(r.Summary, "`", "")
+	md := "**" + string(r.ID) + "**: " + r.Summary + "\n\n"
+	if r.Gap != "" {
+		md += "The CEL backstop: " + r.Gap + "\n\n"
+	}
+	md += "See [the rule table](" + rulesURI + ") and `gpuguard rules`."
+	return sarifRule{
+		ID: string(r.ID), Name: string(r.ID),
+		ShortDescription:     sarifMessage{string(r.ID) + ": " + firstClause(plain)},
+		FullDescription:      sarifMessage{plain},
+		Help:                 sarifHelp{Text: plain + " See " + rulesURI, Markdown: md},
+		HelpURI:              rulesURI,
+		DefaultConfiguration: sarifRuleConfig{Level: level},
+		Properties: sarifRuleProperty{SecuritySeverity: severity, Precision: "very-high",
+			Tags: []string{"security", "kubernetes", "gpu", "gpuguard"}},
+	}
+}
+
+// firstClause is a summary up to its first semicolon, for a short description.
+func firstClause(s string) string {
+	if i := strings.Index(s, ";"); i > 0 {
+		return s[:i]
+	}
+	return s
+}
+
 // location is a file and line, standard input named stdinURI.
 func location(source string, line int) sarifLocation {
 	if source == manifest.StdinName {
 		source = stdinURI
 	}
+	source = artifactURI(source)
 	if line < 1 {
 		line = 1
 	}
@@ -148,4 +212,19 @@ func sarifResultOf(o checkedObject, lineOf func(string) int, rule policy.RuleID,
 		r.Locations = []sarifLocation{location(o.doc.Source, lineOf(path))}
 	}
 	return r
+}
+
+// artifactURI is a file as code scanning locates it: relative to the
+// working directory (the repository's root in CI) where it lies below it,
+// with forward slashes; a kustomization's output is its directory.
+func artifactURI(source string) string {
+	source = strings.TrimSuffix(source, " (kustomize build)")
+	if filepath.IsAbs(source) {
+		if wd, err := os.Getwd(); err == nil {
+			if rel, err := filepath.Rel(wd, source); err == nil && !strings.HasPrefix(rel, "..") {
+				source = rel
+			}
+		}
+	}
+	return filepath.ToSlash(source)
 }

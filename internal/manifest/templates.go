@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -19,6 +20,10 @@ import (
 type EmbeddedPodTemplate struct {
 	Path     string
 	Template corev1.PodTemplateSpec
+	// Origins map the fields of Template to where they sit in the object,
+	// for a template built from other fields (an Argo template's
+	// container, a SparkApplication's driver); see SourcePath.
+	Origins []Origin
 }
 
 // PodTemplates finds the pod templates in one object, wherever they sit: any
@@ -46,7 +51,7 @@ func PodTemplates(raw []byte) ([]EmbeddedPodTemplate, error) {
 			errs = append(errs, fmt.Errorf("%s: not a pod template: %w", at, err))
 			return
 		}
-		out = append(out, EmbeddedPodTemplate{Path: at, Template: pt})
+		out = append(out, EmbeddedPodTemplate{Path: at, Template: pt, Origins: []Origin{{"template", strings.TrimPrefix(at, ".")}}})
 	})
 	if len(errs) > 0 {
 		return out, fmt.Errorf("%v", errs)
