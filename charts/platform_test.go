@@ -2,6 +2,9 @@ package charts
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/klog/v2"
+
+	"helm.sh/helm/v3/pkg/chartutil"
 )
 
 // simNode is a node as a platform creates it: its labels and taints.
@@ -299,4 +304,66 @@ func ptrString(p *string) string {
 		return ""
 	}
 	return *p
+}
+
+// valuePathRE is a dotted chart value path, as docs name them.
+var valuePathRE = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9]*(\.[a-zA-Z][a-zA-Z0-9]*)*$`)
+
+// lookupValue says whether path names a value in vals.
+func lookupValue(vals map[string]any, path string) bool {
+	var cur any = vals
+	for _, k := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return false
+		}
+		if cur, ok = m[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// TestPlatformsPageNamesRealValues: every value docs/platforms.md names in
+// its marked section, and every dotted value path it names anywhere
+// (`agent.nvmlLibrary`, `--set webhook.hostNetwork=true`), is in values.yaml.
+func TestPlatformsPageNamesRealValues(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join("..", "docs", "platforms.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := chartutil.ReadValuesFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(page)
+	start := strings.Index(text, "<!-- chart-values")
+	end := strings.Index(text, "<!-- /chart-values -->")
+	if start < 0 || end < start {
+		t.Fatal("docs/platforms.md lacks its <!-- chart-values --> section")
+	}
+	ticks := regexp.MustCompile("`([^`]+)`")
+	section := 0
+	for _, m := range ticks.FindAllStringSubmatch(text[start:end], -1) {
+		section++
+		if !valuePathRE.MatchString(m[1]) || !lookupValue(vals, m[1]) {
+			t.Errorf("the chart-values section names %q, which is not a value in values.yaml", m[1])
+		}
+	}
+	if section < 5 {
+		t.Errorf("the chart-values section names %d values, want them all", section)
+	}
+	for _, m := range ticks.FindAllStringSubmatch(text, -1) {
+		for _, f := range strings.Fields(m[1]) {
+			f, _, _ = strings.Cut(f, "=")
+			f = strings.TrimSuffix(f, ":")
+			top, _, dotted := strings.Cut(f, ".")
+			if _, known := vals[top]; !known || !dotted || !valuePathRE.MatchString(f) {
+				continue
+			}
+			if !lookupValue(vals, f) {
+				t.Errorf("docs/platforms.md names %q, which is not a value in values.yaml", f)
+			}
+		}
+	}
 }
