@@ -495,7 +495,12 @@ func TestWebhookConfigurations(t *testing.T) {
 			for _, w := range vwc.Webhooks {
 				checkCommon(t, w.Name, w.ClientConfig, w.SideEffects, w.AdmissionReviewVersions, w.NamespaceSelector, w.ObjectSelector, wantExcluded, "/validate", rc.name)
 			}
-			checkFailure(t, pods.Name, pods.FailurePolicy, admissionv1.Fail)
+			// Fail closed only in enforce mode: the custom-policy case is in warn.
+			wantPods := admissionv1.Fail
+			if rc.name == "custom-policy" {
+				wantPods = admissionv1.Ignore
+			}
+			checkFailure(t, pods.Name, pods.FailurePolicy, wantPods)
 			checkFailure(t, ctrls.Name, ctrls.FailurePolicy, admissionv1.Ignore)
 			checkRules(t, pods.Name, pods.Rules, map[string][]string{"pods": {"CREATE", "UPDATE"}, "pods/ephemeralcontainers": {"UPDATE"},
 				"pods/status": {"UPDATE"}, "pods/binding": {"CREATE"}, "bindings": {"CREATE"}})

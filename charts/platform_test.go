@@ -367,3 +367,39 @@ func TestPlatformsPageNamesRealValues(t *testing.T) {
 		}
 	}
 }
+
+// TestWarnFailsOpen: in warn and audit mode both pod webhooks fail open on
+// every Kubernetes version, backstop or not; in enforce mode Ignore still
+// needs the backstop.
+func TestWarnFailsOpen(t *testing.T) {
+	c := loadChart(t)
+	for _, mode := range []string{"warn", "audit", "enforce"} {
+		for _, fp := range []string{"Fail", "Ignore"} {
+			// No backstop: as on Kubernetes before 1.36.
+			v := fmt.Sprintf("policy: {mode: %s}\nbackstop: {enabled: false}\nwebhook: {failurePolicy: %s}\n", mode, fp)
+			r, err := render(t, c, parseValues(t, v))
+			if mode == "enforce" && fp == "Ignore" {
+				if err == nil || !strings.Contains(err.Error(), "needs the CEL backstop") {
+					t.Errorf("enforce, Ignore without the backstop: err %v, want a refusal", err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s, %s: %v", mode, fp, err)
+			}
+			objs := decodeAll(t, docs(r, false))
+			want := admissionv1.Ignore
+			if mode == "enforce" {
+				want = admissionv1.Fail
+			}
+			m := one[*admissionv1.MutatingWebhookConfiguration](t, objs)
+			vwc := one[*admissionv1.ValidatingWebhookConfiguration](t, objs)
+			if got := *m.Webhooks[0].FailurePolicy; got != admissionv1.Ignore {
+				t.Errorf("%s, %s: mutating webhook %s", mode, fp, got)
+			}
+			if got := *vwc.Webhooks[0].FailurePolicy; got != want {
+				t.Errorf("%s, %s: pods' validating webhook %s, want %s", mode, fp, got, want)
+			}
+		}
+	}
+}

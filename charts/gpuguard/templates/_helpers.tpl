@@ -327,10 +327,16 @@ namespaceSelector:
 
 {{/* Failure policy of the pods' validating webhook. */}}
 {{- define "gpuguard.podsFailurePolicy" -}}
+{{- if ne (include "gpuguard.policyMode" .) "enforce" -}}
+{{- /* warn and audit deny nothing: an outage must not block pods either,
+whatever the Kubernetes version or the backstop. */ -}}
+Ignore
+{{- else -}}
 {{- if and (eq .Values.webhook.failurePolicy "Ignore") (ne (include "gpuguard.backstop" .) "true") -}}
-{{- fail "webhook.failurePolicy=Ignore needs the CEL backstop (backstop.enabled=true on Kubernetes 1.36 or later): without it a gpuguard outage enforces nothing" -}}
+{{- fail "webhook.failurePolicy=Ignore needs the CEL backstop (backstop.enabled=true on Kubernetes 1.36 or later) in enforce mode: without it a gpuguard outage enforces nothing" -}}
 {{- end -}}
 {{- .Values.webhook.failurePolicy -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
