@@ -139,6 +139,27 @@ agent:
 webhook:
   image: {digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
 `},
+	// The platform profiles (docs/platforms.md); eks with a custom CNI.
+	{"platform-eks", `
+platform: eks
+webhook:
+  hostNetwork: true
+`},
+	{"platform-gke", `
+platform: gke
+`},
+	{"platform-aks", `
+platform: aks
+`},
+	{"platform-openshift", `
+platform: openshift
+`},
+	{"platform-k3s", `
+platform: k3s
+`},
+	{"platform-rke2", `
+platform: rke2
+`},
 }
 
 func loadChart(t *testing.T) *chart.Chart {
@@ -474,7 +495,12 @@ func TestWebhookConfigurations(t *testing.T) {
 			for _, w := range vwc.Webhooks {
 				checkCommon(t, w.Name, w.ClientConfig, w.SideEffects, w.AdmissionReviewVersions, w.NamespaceSelector, w.ObjectSelector, wantExcluded, "/validate", rc.name)
 			}
-			checkFailure(t, pods.Name, pods.FailurePolicy, admissionv1.Fail)
+			// Fail closed only in enforce mode: the custom-policy case is in warn.
+			wantPods := admissionv1.Fail
+			if rc.name == "custom-policy" {
+				wantPods = admissionv1.Ignore
+			}
+			checkFailure(t, pods.Name, pods.FailurePolicy, wantPods)
 			checkFailure(t, ctrls.Name, ctrls.FailurePolicy, admissionv1.Ignore)
 			checkRules(t, pods.Name, pods.Rules, map[string][]string{"pods": {"CREATE", "UPDATE"}, "pods/ephemeralcontainers": {"UPDATE"},
 				"pods/status": {"UPDATE"}, "pods/binding": {"CREATE"}, "bindings": {"CREATE"}})
@@ -632,8 +658,10 @@ func TestWorkloads(t *testing.T) {
 				ps.SecurityContext.SeccompProfile == nil || ps.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 				t.Errorf("webhook pod securityContext is not restricted: %+v", ps.SecurityContext)
 			}
-			if ps.HostNetwork || ps.HostPID || ps.HostIPC {
-				t.Error("webhook pod must not share host namespaces")
+			// Only webhook.hostNetwork (the platform-eks case) puts it on the node's network.
+			hostNet := rc.name == "platform-eks"
+			if ps.HostNetwork != hostNet || ps.HostPID || ps.HostIPC {
+				t.Errorf("webhook pod shares host namespaces: network %v (want %v), PID %v, IPC %v", ps.HostNetwork, hostNet, ps.HostPID, ps.HostIPC)
 			}
 			for _, v := range ps.Volumes {
 				if v.HostPath != nil {
@@ -659,7 +687,7 @@ func TestWorkloads(t *testing.T) {
 				t.Error("webhook probes must be /healthz (liveness) and /readyz (readiness)")
 			}
 			args := strings.Join(ct.Args, " ")
-			for _, want := range []string{"--policy-configmap=" + namespace + "/gpuguard-policy", "--cert-dir=/certs", "--port=9443"} {
+			for _, want := range []string{"--policy-configmap=" + namespace + "/gpuguard-policy", "--cert-dir=/certs", map[bool]string{false: "--port=9443", true: "--port=10260"}[hostNet]} {
 				if !strings.Contains(args, want) {
 					t.Errorf("webhook args %q lack %s", args, want)
 				}
@@ -722,7 +750,9 @@ func TestWorkloads(t *testing.T) {
 			}
 			var labels []string
 			for _, term := range as.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-				labels = append(labels, term.MatchExpressions[0].Key+"="+term.MatchExpressions[0].Values[0])
+				if e := term.MatchExpressions[0]; e.Operator == corev1.NodeSelectorOpIn && slices.Equal(e.Values, []string{"true"}) {
+					labels = append(labels, e.Key+"="+e.Values[0])
+				} // else a platform's label (TestPlatformScheduling)
 			}
 			if !slices.Equal(labels, []string{"nvidia.com/gpu.present=true", "feature.node.kubernetes.io/pci-10de.present=true"}) {
 				t.Errorf("agent runs on nodes with %v", labels)
@@ -928,6 +958,10 @@ func TestRBAC(t *testing.T) {
 				for _, v := range []string{"get", "create", "update"} {
 					agentWant = append(agentWant, rbacRule{ns, "coordination.k8s.io", "leases", v, ""})
 				}
+			}
+			if rc.name == "platform-openshift" {
+				// The privileged SCC, in the release namespace only.
+				agentWant = append(agentWant, rbacRule{ns, "security.openshift.io", "securitycontextconstraints", "use", "privileged"})
 			}
 			checkGrants(t, "gpuguard-agent", got["gpuguard-agent"], agentWant)
 			for sa := range got {

@@ -327,10 +327,16 @@ namespaceSelector:
 
 {{/* Failure policy of the pods' validating webhook. */}}
 {{- define "gpuguard.podsFailurePolicy" -}}
+{{- if ne (include "gpuguard.policyMode" .) "enforce" -}}
+{{- /* warn and audit deny nothing: an outage must not block pods either,
+whatever the Kubernetes version or the backstop. */ -}}
+Ignore
+{{- else -}}
 {{- if and (eq .Values.webhook.failurePolicy "Ignore") (ne (include "gpuguard.backstop" .) "true") -}}
-{{- fail "webhook.failurePolicy=Ignore needs the CEL backstop (backstop.enabled=true on Kubernetes 1.36 or later): without it a gpuguard outage enforces nothing" -}}
+{{- fail "webhook.failurePolicy=Ignore needs the CEL backstop (backstop.enabled=true on Kubernetes 1.36 or later) in enforce mode: without it a gpuguard outage enforces nothing" -}}
 {{- end -}}
 {{- .Values.webhook.failurePolicy -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -346,3 +352,118 @@ namespace, given as strings or as {name: ...} as other charts take them.
 {{- /* How long the agents' coverage Leases last: wellknown.CoverageLeaseSeconds,
 which the agent writes and the webhook caps (a chart test keeps them equal). */ -}}
 {{- define "gpuguard.coverageLeaseSeconds" -}}60{{- end -}}
+
+{{/*
+The platform profiles (values: platform; docs/platforms.md): what each
+platform's default GPU nodes look like and what its control plane needs.
+- nodeTerms: node selector terms for the platform's own GPU labels, ORed
+  with agent.gpuNodeLabels;
+- tolerations: the taints the platform (or its documented GPU pool setup)
+  puts on GPU nodes, added to agent.tolerations;
+- runtimeClassName: what agent.runtimeClassName=auto means ("": the NVIDIA
+  runtime is the nodes' default, or there is none);
+- nvmlLibrary: where NVML is when no NVIDIA runtime injects it;
+- criSocket, containerdConfig: the runtime's host paths, where they differ
+  from the upstream ones;
+- webhookAnnotations: annotations of both webhook configurations;
+- scc: the OpenShift SecurityContextConstraints the agent uses;
+- priorityClassQuota: the API server limits system-*-critical classes to
+  kube-system unless a quota covers them.
+*/}}
+{{- define "gpuguard.platformProfiles" -}}
+generic:
+  runtimeClassName: nvidia
+eks:
+  runtimeClassName: ""
+  nodeTerms:
+    - [{key: k8s.amazonaws.com/accelerator, operator: Exists}]
+    - [{key: eks.amazonaws.com/instance-gpu-manufacturer, operator: In, values: [nvidia]}]
+    - [{key: karpenter.k8s.aws/instance-gpu-manufacturer, operator: In, values: [nvidia]}]
+  tolerations:
+    - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+gke:
+  runtimeClassName: ""
+  nodeTerms:
+    - [{key: cloud.google.com/gke-accelerator, operator: Exists}]
+  tolerations:
+    - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+  nvmlLibrary: /host/home/kubernetes/bin/nvidia/lib64/libnvidia-ml.so.1
+  priorityClassQuota: true
+aks:
+  runtimeClassName: ""
+  nodeTerms:
+    - [{key: kubernetes.azure.com/accelerator, operator: Exists}]
+  tolerations:
+    - {key: sku, operator: Equal, value: gpu, effect: NoSchedule}
+    - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+  webhookAnnotations:
+    admissions.enforcer/disabled: "true"
+openshift:
+  runtimeClassName: nvidia
+  scc: privileged
+k3s:
+  runtimeClassName: nvidia
+  criSocket: /run/k3s/containerd/containerd.sock
+  containerdConfig: /var/lib/rancher/k3s/agent/etc/containerd/config.toml
+rke2:
+  runtimeClassName: nvidia
+  criSocket: /run/k3s/containerd/containerd.sock
+  containerdConfig: /var/lib/rancher/rke2/agent/etc/containerd/config.toml
+{{- end -}}
+
+{{/* The profile of .Values.platform, as YAML. */}}
+{{- define "gpuguard.platform" -}}
+{{- $name := .Values.platform | default "generic" -}}
+{{- $all := include "gpuguard.platformProfiles" . | fromYaml -}}
+{{- if not (hasKey $all $name) -}}
+{{- fail (printf "platform %q: want one of generic, eks, gke, aks, openshift, k3s, rke2" $name) -}}
+{{- end -}}
+{{- toYaml (get $all $name) -}}
+{{- end -}}
+
+{{/* The agent's RuntimeClass: agent.runtimeClassName, auto meaning the platform's. */}}
+{{- define "gpuguard.agentRuntimeClass" -}}
+{{- $v := .Values.agent.runtimeClassName -}}
+{{- if eq (toString $v) "auto" -}}
+{{- get (include "gpuguard.platform" . | fromYaml) "runtimeClassName" -}}
+{{- else -}}
+{{- $v -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The agent's tolerations: agent.tolerations, then the platform's not already there. */}}
+{{- define "gpuguard.agentTolerations" -}}
+{{- $out := list -}}
+{{- range .Values.agent.tolerations -}}{{- $out = append $out . -}}{{- end -}}
+{{- range (get (include "gpuguard.platform" . | fromYaml) "tolerations" | default list) -}}
+{{- if not (has . $out) -}}{{- $out = append $out . -}}{{- end -}}
+{{- end -}}
+{{- if $out -}}{{- toYaml $out -}}{{- end -}}
+{{- end -}}
+
+{{/* The annotations block of both webhook configurations. */}}
+{{- define "gpuguard.webhookConfigAnnotations" -}}
+{{- $platform := get (include "gpuguard.platform" . | fromYaml) "webhookAnnotations" -}}
+{{- if or (eq .Values.certificates.mode "cert-manager") $platform -}}
+annotations:
+  {{- if eq .Values.certificates.mode "cert-manager" }}
+  # cert-manager's CA injector writes the Certificate's CA into caBundle.
+  cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/{{ include "gpuguard.certificateName" . }}
+  {{- end }}
+  {{- with $platform }}
+  # The platform's (AKS: its Admissions Enforcer adds no namespaceSelector of
+  # its own, which would also show as drift under GitOps).
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* podSecurityContext as YAML; on OpenShift without a user or group, which
+its restricted-v2 SCC picks from the namespace's range. */}}
+{{- define "gpuguard.podSecurityContext" -}}
+{{- $sc := deepCopy (.Values.podSecurityContext | default dict) -}}
+{{- if get (include "gpuguard.platform" . | fromYaml) "scc" -}}
+{{- $sc = omit $sc "runAsUser" "runAsGroup" -}}
+{{- end -}}
+{{- if $sc -}}{{- toYaml $sc -}}{{- end -}}
+{{- end -}}

@@ -12,6 +12,11 @@ backstop, the pre-filter and the background audit; all, both in one
 {{- $mode := $ctx.Values.certificates.mode -}}
 {{- $serves := ne $role "control" -}}
 {{- $applies := ne $role "serve" -}}
+{{- /* webhook.hostNetwork: the serving pods on their nodes' network, on ports of their own. */ -}}
+{{- $hostNet := and $serves $w.hostNetwork -}}
+{{- $port := ternary $w.hostNetworkPorts.https $w.port $hostNet -}}
+{{- $metricsPort := ternary $w.hostNetworkPorts.metrics $w.metricsPort $hostNet -}}
+{{- $probePort := ternary $w.hostNetworkPorts.probes $w.probePort $hostNet -}}
 {{- $name := ternary (include "gpuguard.controllerName" $ctx) (include "gpuguard.webhookName" $ctx) (eq $role "control") -}}
 {{- $component := ternary "controller" "webhook" (eq $role "control") -}}
 apiVersion: apps/v1
@@ -46,6 +51,12 @@ spec:
       {{- end }}
     spec:
       serviceAccountName: {{ $name }}
+      {{- if $hostNet }}
+      # webhook.hostNetwork: the control plane reaches the node's address (a
+      # custom CNI whose pod IPs it cannot route to).
+      hostNetwork: true
+      dnsPolicy: ClusterFirstWithHostNet
+      {{- end }}
       {{- with $w.priorityClassName }}
       priorityClassName: {{ . }}
       {{- end }}
@@ -53,9 +64,9 @@ spec:
       imagePullSecrets:
         {{- include "gpuguard.imagePullSecrets" . | nindent 8 }}
       {{- end }}
-      {{- with $ctx.Values.podSecurityContext }}
+      {{- with include "gpuguard.podSecurityContext" $ctx }}
       securityContext:
-        {{- toYaml . | nindent 8 }}
+        {{- . | nindent 8 }}
       {{- end }}
       containers:
         - name: {{ $component }}
@@ -67,10 +78,10 @@ spec:
             - --role={{ $role }}
             {{- end }}
             {{- if $serves }}
-            - --port={{ $w.port }}
+            - --port={{ $port }}
             {{- end }}
-            - --health-probe-bind-address=:{{ $w.probePort }}
-            - --metrics-bind-address=:{{ $w.metricsPort }}
+            - --health-probe-bind-address=:{{ $probePort }}
+            - --metrics-bind-address=:{{ $metricsPort }}
             - --policy-configmap={{ $ctx.Release.Namespace }}/{{ include "gpuguard.policyConfigMap" $ctx }}
             - --configmap-cache-ttl={{ $w.configMapCacheTTL }}
             {{- if $serves }}
@@ -153,14 +164,14 @@ spec:
           ports:
             {{- if $serves }}
             - name: https
-              containerPort: {{ $w.port }}
+              containerPort: {{ $port }}
               protocol: TCP
             {{- end }}
             - name: metrics
-              containerPort: {{ $w.metricsPort }}
+              containerPort: {{ $metricsPort }}
               protocol: TCP
             - name: probes
-              containerPort: {{ $w.probePort }}
+              containerPort: {{ $probePort }}
               protocol: TCP
           livenessProbe:
             httpGet:
