@@ -13,14 +13,14 @@ import (
 //
 // Fields read, in every container kind:
 //   - securityContext.capabilities.add, securityContext.privileged;
-//   - spec.hostPID, for SYS_PTRACE.
+//   - spec.hostPID and the host path volumes, for SYS_PTRACE.
 //
 // Allowed values: the capabilities of allowedCapabilities (Pod Security
 // baseline's list and IPC_LOCK by default), written with or without CAP_ in
 // any ASCII case; SYS_PTRACE in a pod that sees no process beyond its own
-// (not hostPID), as kubectl debug's general profile adds it to a debug
-// container. Every other capability reaches the GPUs or the host past the
-// device cgroup: SYS_MODULE loads kernel modules (a driver's among them),
+// (neither hostPID nor a host path of /proc: seesNodeProcesses), as kubectl
+// debug's general profile adds it to a debug container. Every other
+// capability reaches the GPUs or the host past the device cgroup: SYS_MODULE loads kernel modules (a driver's among them),
 // SYS_RAWIO writes PCI config space and /dev/mem, DAC_READ_SEARCH opens host
 // files by handle (open_by_handle_at), SYS_BOOT loads a new kernel, BPF and
 // PERFMON read kernel memory, SYS_PTRACE with a view of the node's
@@ -39,7 +39,7 @@ func checkAddedCapabilities(in *Input, c *containerRef) []Finding {
 	}
 	first, bad := -1, []string(nil)
 	for i, a := range sc.Capabilities.Add {
-		if in.e.mayAdd(string(a), in.t.spec.HostPID) {
+		if in.e.mayAdd(string(a), in.seesNodeProcesses()) {
 			continue
 		}
 		if first < 0 {
@@ -57,13 +57,13 @@ func checkAddedCapabilities(in *Input, c *containerRef) []Finding {
 }
 
 // mayAdd reports whether added-capabilities lets a container add the
-// capability a, in a pod with hostPID or without.
-func (e *Engine) mayAdd(a string, hostPID bool) bool {
+// capability a, in a pod that sees the node's processes or not.
+func (e *Engine) mayAdd(a string, nodeProcesses bool) bool {
 	if !plainCapabilityName.MatchString(a) {
 		return false
 	}
 	name := strings.TrimPrefix(strings.ToUpper(a), "CAP_") // ASCII only, as matched
-	return e.addable[name] || (name == debugCapability && !hostPID)
+	return e.addable[name] || (name == debugCapability && !nodeProcesses)
 }
 
 // debugCapability is what kubectl debug's general profile adds to a debug
@@ -84,10 +84,14 @@ func addableCapabilities(s *config.PolicySpec) []string {
 // addsUnallowedCEL holds for a container c whose added capabilities hold
 // one that added-capabilities does not let it add.
 func addsUnallowedCEL(s *config.PolicySpec) string {
-	debug := fmt.Sprintf(`(a.upperAscii() in %s && !(has(object.spec.hostPID) && object.spec.hostPID))`, capabilitiesCEL([]string{debugCapability}))
-	return `has(c.securityContext) && has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && ` +
-		`c.securityContext.capabilities.add.exists(a, !(a.upperAscii() in ` + capabilitiesCEL(addableCapabilities(s)) + `) && !` + debug + `)`
+	debug := fmt.Sprintf(`(a.upperAscii() in %s && !%s)`, capabilitiesCEL([]string{debugCapability}), seesNodeProcessesCEL())
+	return addsCapabilityCEL + `.exists(a, !(a.upperAscii() in ` + capabilitiesCEL(addableCapabilities(s)) + `) && !` + debug + `)`
 }
+
+// addsCapabilityCEL is the added capabilities of a container c, where it
+// adds any: a list to test with exists.
+const addsCapabilityCEL = `has(c.securityContext) && has(c.securityContext.capabilities) && has(c.securityContext.capabilities.add) && ` +
+	`c.securityContext.capabilities.add`
 
 // RuleAddedCapabilities is the rule of checkAddedCapabilities.
 const RuleAddedCapabilities RuleID = "added-capabilities"
@@ -96,11 +100,14 @@ func init() {
 	register(&Rule{
 		ID: RuleAddedCapabilities,
 		Summary: "a container adding a capability outside `allowedCapabilities` (Pod Security baseline's list and `IPC_LOCK`; " +
-			"`SYS_PTRACE` too in a pod without `hostPID`, for `kubectl debug`); privileged containers are left to `privileged` (deny)",
+			"`SYS_PTRACE` too in a pod without `hostPID` or a `/proc` host path, for `kubectl debug`); privileged containers are left to `privileged` (deny)",
 		Order: 177, ContainerCheck: checkAddedCapabilities,
+		// SYS_PTRACE always: the trigger reads no volume, and a host path
+		// CEL cannot clean may be /proc.
 		Trigger: func(in *CELInput) *CELTrigger {
-			return &CELTrigger{Container: addsUnallowedCEL(&in.Policy.Spec)}
+			return &CELTrigger{Container: addsCapabilityCEL + `.exists(a, !(a.upperAscii() in ` + capabilitiesCEL(addableCapabilities(&in.Policy.Spec)) + `))`}
 		},
+		Gap: "`SYS_PTRACE` beside a host path that needs cleaning (`..`, `//`, `./`) is left to the webhook, as sensitive-hostpath leaves such paths",
 		CEL: func(in *CELInput) *CELCheck {
 			pred := `!(has(c.securityContext.privileged) && c.securityContext.privileged) && ` + addsUnallowedCEL(&in.Policy.Spec)
 			// has(c.securityContext) comes first in addsUnallowedCEL.

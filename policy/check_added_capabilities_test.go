@@ -51,5 +51,8 @@ func TestCheckAddedCapabilities(t *testing.T) {
 			want: []found{{RuleAddedCapabilities, effectDeny, "a", at(0), msg("sys_ptrace"), editNone}}},
 		{name: "debugger with hostPID", req: Request{Object: hostPID(debugger("SYS_PTRACE"))},
 			want: []found{{RuleAddedCapabilities, effectDeny, "debugger", "spec.ephemeralContainers[0].securityContext.capabilities.add[0]", msg("SYS_PTRACE"), editNone}}},
+		{name: "SYS_PTRACE beside a /proc host path", req: Request{Object: hostPathPod("/proc", true, withSC(ctr("a"), adds(false, "SYS_PTRACE")))},
+			want: []found{{RuleAddedCapabilities, effectDeny, "a", at(0), msg("SYS_PTRACE"), editNone}}},
+		{name: "SYS_PTRACE beside /proc/sys/net", req: Request{Object: hostPathPod("/proc/sys/net", true, withSC(ctr("a"), adds(false, "SYS_PTRACE")))}},
 	}, nil, checkAddedCapabilities)
 }
