@@ -133,6 +133,7 @@ func gapsOf(p *config.Policy, req policy.Request, want policy.Result) map[string
 		delete(gaps, string(policy.RuleSensitiveHostPath))
 		delete(gaps, string(policy.RuleDeviceListMount))
 		delete(gaps, string(policy.RuleNamespaceEntry))
+		delete(gaps, string(policy.RuleAddedCapabilities))
 	}
 	switch req.Object.(type) {
 	case *corev1.Pod:

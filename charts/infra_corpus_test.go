@@ -57,7 +57,7 @@ func istioChart(dir string) upstreamchart.Source {
 // infraProjects: log shippers, storage, CNI and mesh agents, runtime
 // security and monitoring agents, as they install by default.
 func infraProjects() []infraProject {
-	hp, priv := policy.RuleSensitiveHostPath, policy.RulePrivileged
+	hp, priv, caps, ns := policy.RuleSensitiveHostPath, policy.RulePrivileged, policy.RuleAddedCapabilities, policy.RuleNamespaceEntry
 	return []infraProject{
 		{name: "Fluent Bit (Grafana's chart)", source: grafanaChart("fluent-bit"), ns: "logging"},
 		{name: "Fluent Bit", shaped: "fluent-bit.yaml", ns: "logging"},
@@ -65,28 +65,28 @@ func infraProjects() []infraProject {
 		// Vector's chart mounts /var/lib read-only as root: every pod's
 		// volumes and tokens under /var/lib/kubelet.
 		{name: "Vector", shaped: "vector.yaml", ns: "logging",
-			denied: map[string][]policy.RuleID{"DaemonSet/vector": {hp}}, fix: fixExempt},
+			denied: map[string][]policy.RuleID{"DaemonSet/vector": {ns, hp}}, fix: fixExempt},
 		{name: "local-path-provisioner", ns: "local-path-storage", source: upstreamchart.Source{Module: "github.com/rancher/local-path-provisioner",
 			Version: "v0.0.30", Sum: "h1:OkiuofkCSscddl7tma/B9Ox1wu+JEVSrP7IcZI65Ggo=", Dir: "deploy/chart/local-path-provisioner"}},
 		{name: "AWS EBS CSI driver", ns: "aws-ebs-csi", source: upstreamchart.Source{Module: "github.com/kubernetes-sigs/aws-ebs-csi-driver",
 			Version: "v1.44.0", Sum: "h1:BETHuC7vLYnNZXYe4T0zj/IuPx40s7yvpULm4EJO0PQ=", Dir: "charts/aws-ebs-csi-driver"},
 			denied: map[string][]policy.RuleID{"DaemonSet/ebs-csi-node": {priv, hp}}, fix: fixExempt},
 		{name: "Longhorn", shaped: "longhorn.yaml", ns: "longhorn-system",
-			denied: map[string][]policy.RuleID{"DaemonSet/longhorn-manager": {priv, hp}, "DaemonSet/longhorn-csi-plugin": {priv, hp}}, fix: fixExempt},
+			denied: map[string][]policy.RuleID{"DaemonSet/longhorn-manager": {ns, priv, hp}, "DaemonSet/longhorn-csi-plugin": {priv, hp}}, fix: fixExempt},
 		{name: "Cilium", ns: "kube-system", source: upstreamchart.Source{Module: "github.com/cilium/cilium",
 			Version: "v1.20.2", Sum: "h1:dqiEGIcXc+gqCLYG/l7VCFJ8GHyb4HUrwbZOpkX5dL8=", Dir: "install/kubernetes/cilium"},
-			denied: map[string][]policy.RuleID{"DaemonSet/cilium": {priv, hp}, "DaemonSet/cilium-envoy": {hp}}, fix: fixNamespace},
+			denied: map[string][]policy.RuleID{"DaemonSet/cilium": {caps, ns, hp}, "DaemonSet/cilium-envoy": {caps, hp}}, fix: fixNamespace},
 		{name: "Calico", ns: "calico-system", source: upstreamchart.Source{Module: "github.com/projectcalico/calico",
 			Version: "v1.11.0-cni-plugin.0.20250813170300-a0db560f0520", Sum: "h1:TXnPEzx4pLWgwzCetIO/VJuz4iBZZrOdNSv16a50YqE=", Dir: "charts/calico"},
-			denied: map[string][]policy.RuleID{"DaemonSet/calico-node": {priv, hp}}, fix: fixNamespace},
+			denied: map[string][]policy.RuleID{"DaemonSet/calico-node": {ns, priv, hp}}, fix: fixNamespace},
 		{name: "Istio CNI", source: istioChart("istio-cni"), ns: "istio-system",
-			denied: map[string][]policy.RuleID{"DaemonSet/istio-cni-node": {hp}}, fix: fixExempt},
+			denied: map[string][]policy.RuleID{"DaemonSet/istio-cni-node": {caps, ns, hp}}, fix: fixExempt},
 		{name: "Istio ztunnel", source: istioChart("ztunnel"), ns: "istio-system",
-			denied: map[string][]policy.RuleID{"DaemonSet/ztunnel": {hp}}, fix: fixExempt},
+			denied: map[string][]policy.RuleID{"DaemonSet/ztunnel": {caps, hp}}, fix: fixExempt},
 		{name: "Falco", shaped: "falco.yaml", ns: "falco",
-			denied: map[string][]policy.RuleID{"DaemonSet/falco": {priv, hp}}, fix: fixExempt},
+			denied: map[string][]policy.RuleID{"DaemonSet/falco": {ns, priv, hp}}, fix: fixExempt},
 		{name: "Datadog agent", shaped: "datadog.yaml", ns: "datadog",
-			denied: map[string][]policy.RuleID{"DaemonSet/datadog": {hp}}, fix: fixExempt},
+			denied: map[string][]policy.RuleID{"DaemonSet/datadog": {ns, hp}}, fix: fixExempt},
 	}
 }
 

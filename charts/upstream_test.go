@@ -58,7 +58,7 @@ func upstreamStacks() []upstreamStack {
 			// the plugin (it signals the plugin's process) and the MIG
 			// variables for GFD.
 			want: map[string][]policy.RuleID{
-				"DaemonSet/nvdp-nvidia-device-plugin": {policy.RuleCapabilities, policy.RuleDeviceEnv, policy.RuleProtectedEnv,
+				"DaemonSet/nvdp-nvidia-device-plugin": {policy.RuleAddedCapabilities, policy.RuleCapabilities, policy.RuleDeviceEnv, policy.RuleProtectedEnv,
 					policy.RuleSensitiveHostPath},
 				"DaemonSet/nvdp-nvidia-device-plugin-gpu-feature-discovery": {policy.RulePrivileged, policy.RuleProtectedEnv,
 					policy.RuleSensitiveHostPath},
@@ -88,8 +88,10 @@ func upstreamStacks() []upstreamStack {
 			values: map[string]any{"containerSecurityContext": map[string]any{"readOnlyRootFilesystem": true,
 				"allowPrivilegeEscalation": false, "capabilities": map[string]any{"drop": []any{"ALL"}, "add": []any{"SYS_TIME"}}}},
 			preset: "nodeExporter", presetValues: map[string]any{"releaseName": "kps"},
+			// SYS_TIME is outside allowedCapabilities: the preset waives
+			// added-capabilities for it.
 			want: map[string][]policy.RuleID{
-				"DaemonSet/kps-prometheus-node-exporter": {policy.RuleInjectVoid, policy.RulePinParentGroups},
+				"DaemonSet/kps-prometheus-node-exporter": {policy.RuleAddedCapabilities},
 			},
 			gpuFree: true,
 		},

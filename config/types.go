@@ -89,6 +89,11 @@ type PolicySpec struct {
 	// NVIDIARuntimeClasses are the RuntimeClass names that run a pod through the
 	// NVIDIA Container Runtime.
 	NVIDIARuntimeClasses []string `json:"nvidiaRuntimeClasses"`
+	// AllowedCapabilities are the capabilities a container may add
+	// (securityContext.capabilities.add), written without CAP_; any other
+	// is denied (rule added-capabilities) outside exempt workloads. The
+	// default is Pod Security baseline's list plus IPC_LOCK.
+	AllowedCapabilities []string `json:"allowedCapabilities"`
 	// Advisories sets the effect of the advisory rules.
 	Advisories Advisories `json:"advisories"`
 	// Exemptions lists what gpuguard leaves untouched.

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -38,6 +39,7 @@ func Validate(p *Policy) field.ErrorList {
 	for i, name := range s.NVIDIARuntimeClasses {
 		errs = append(errs, dnsSubdomain(spec.Child("nvidiaRuntimeClasses").Index(i), name)...)
 	}
+	errs = append(errs, validateCapabilities(spec.Child("allowedCapabilities"), s.AllowedCapabilities)...)
 	severities := []string{string(SeverityWarn), string(SeverityDeny)}
 	errs = append(errs, enum(spec.Child("advisories", "nvidiaRuntimeClass"), string(s.Advisories.NVIDIARuntimeClass), severities)...)
 	errs = append(errs, enum(spec.Child("advisories", "privileged"), string(s.Advisories.Privileged), severities)...)
@@ -187,6 +189,27 @@ func validateWritableHostPaths(fld *field.Path, s *PolicySpec) field.ErrorList {
 				break
 			}
 		}
+	}
+	return errs
+}
+
+// capabilityNamePattern is a capability as the policy writes it: upper-case
+// ASCII, without CAP_, so that the engine's and CEL's comparisons agree.
+var capabilityNamePattern = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+
+// validateCapabilities: each allowed capability is a plain name without
+// CAP_, listed once.
+func validateCapabilities(fld *field.Path, names []string) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i, n := range names {
+		switch {
+		case !capabilityNamePattern.MatchString(n) || strings.HasPrefix(n, "CAP_"):
+			errs = append(errs, field.Invalid(fld.Index(i), n, "must be a capability name in upper case without CAP_, such as IPC_LOCK"))
+		case seen[n]:
+			errs = append(errs, field.Duplicate(fld.Index(i), n))
+		}
+		seen[n] = true
 	}
 	return errs
 }

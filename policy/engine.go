@@ -182,6 +182,9 @@ type Engine struct {
 	writeProtected     [][]string // the same for writeProtectedHostPaths
 	writable           [][]string // the same for writableHostPaths
 	runtimeState       [][]string // the same for runtimeStateHostPaths
+	// addable are the capabilities added-capabilities lets a container
+	// add, in the runtime's form (upper case, without CAP_).
+	addable map[string]bool
 }
 
 // New compiles a validated policy into an engine.
@@ -218,6 +221,7 @@ func New(p *config.Policy) (*Engine, error) {
 	e.writeProtected = aliasesOf(s.WriteProtectedHostPaths)
 	e.writable = aliasesOf(s.WritableHostPaths)
 	e.runtimeState = aliasesOf(s.RuntimeStateHostPaths)
+	e.addable = setOf(addableCapabilities(s))
 	return e, nil
 }
 
