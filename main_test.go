@@ -766,7 +766,14 @@ spec:
           image: nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04
           securityContext: {capabilities: {add: [SYS_ADMIN]}}
 `
-	r := gpuguard(t, in, "check", "-")
+	// The policy of a cluster that lets DCGM add SYS_ADMIN (the default
+	// denies it outside the dcgmExporter preset's service accounts).
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	policy := "apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\nmetadata: {name: dcgm}\nspec:\n  allowedCapabilities: [SYS_ADMIN]\n"
+	if err := os.WriteFile(policyFile, []byte(policy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := gpuguard(t, in, "check", "--policy", policyFile, "-")
 	for _, want := range []string{"WARN    DaemonSet dcgm-exporter/dcgm-exporter",
 		"[void-hides-gpu]: will see no GPU", "its pods get NVIDIA_VISIBLE_DEVICES=void in: dcgm-exporter"} {
 		if !strings.Contains(r.stdout, want) {
@@ -883,7 +890,8 @@ func TestCLIFirstHour(t *testing.T) {
 	if r := gpuguard(t, leak, "check", "-n", "Not_A_Namespace", "-"); r.code != 2 || !strings.Contains(r.stderr, "--namespace") {
 		t.Errorf("a bad -n: exit %d, %q; want 2 naming --namespace", r.code, r.stderr)
 	}
-	warned := "apiVersion: v1\nkind: Pod\nmetadata: {name: fuse, namespace: team-a}\nspec:\n  containers:\n    - {name: c, image: busybox, securityContext: {capabilities: {add: [SYS_ADMIN]}}}\n"
+	// An annotation of an injector the policy does not list: a warning.
+	warned := "apiVersion: v1\nkind: Pod\nmetadata: {name: inject, namespace: team-a, annotations: {mounts.example.com/extra: x}}\nspec:\n  containers:\n    - {name: c, image: busybox}\n"
 	if r := gpuguard(t, warned, "check", "-"); r.code != 0 {
 		t.Errorf("a warning alone: exit %d, want 0", r.code)
 	}
