@@ -182,6 +182,7 @@ type Engine struct {
 	writeProtected     [][]string // the same for writeProtectedHostPaths
 	writable           [][]string // the same for writableHostPaths
 	runtimeState       [][]string // the same for runtimeStateHostPaths
+	named              []string   // writableHostPaths and writeProtectedHostPaths under every name, sorted
 }
 
 // New compiles a validated policy into an engine.
@@ -218,6 +219,7 @@ func New(p *config.Policy) (*Engine, error) {
 	e.writeProtected = aliasesOf(s.WriteProtectedHostPaths)
 	e.writable = aliasesOf(s.WritableHostPaths)
 	e.runtimeState = aliasesOf(s.RuntimeStateHostPaths)
+	e.named = namedPaths(s.WritableHostPaths, s.WriteProtectedHostPaths)
 	return e, nil
 }
 
