@@ -160,7 +160,7 @@ func hostPathLinkCEL(in *CELInput) *CELCheck {
 	dataRoot := "false"
 	if s := in.Policy.Spec; len(s.WritableHostPaths) > 0 {
 		dataRoot = fmt.Sprintf(`(%s.exists(r, %s.startsWith(r + "/")) && !(%[2]s in %s) && %s)`,
-			aliasedPathsCEL(s.WritableHostPaths), p, celexpr.List(namedPaths(s.WritableHostPaths, s.WriteProtectedHostPaths)), judgedV)
+			aliasedPathsCEL(s.WritablePaths()), p, celexpr.List(namedPaths(s.WritablePaths(), s.WriteProtectedHostPaths)), judgedV)
 	}
 	var writers []string
 	for _, l := range []string{"object.spec.containers", "object.spec.initContainers", "object.spec.ephemeralContainers"} {

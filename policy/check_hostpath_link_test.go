@@ -48,7 +48,9 @@ func TestCheckHostPathLinks(t *testing.T) {
 		{name: "below a data directory", req: Request{Object: hostPathPod("/var/tmp/x", true, ctr("a"))},
 			want: []found{{RuleHostPathLink, effectDeny, "", "spec.volumes[1].hostPath.path", root("/var/tmp/x", "/var/tmp"), editNone}}},
 		{name: "a data directory itself", req: Request{Object: hostPathPod("/var/tmp", false, ctr("a"))}},
-		{name: "named exactly", policy: func(s *config.PolicySpec) { s.WritableHostPaths = append(s.WritableHostPaths, "/var/tmp/x") },
+		{name: "named exactly", policy: func(s *config.PolicySpec) {
+			s.WritableHostPaths = append(s.WritableHostPaths, config.WritableHostPath{Path: "/var/tmp/x"})
+		},
 			req: Request{Object: hostPathPod("/var/tmp/x", false, ctr("a"))}},
 		{name: "named exactly under its other name", policy: func(s *config.PolicySpec) {
 			s.WriteProtectedHostPaths = append(s.WriteProtectedHostPaths, "/run/promtail/db")

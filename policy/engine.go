@@ -180,7 +180,7 @@ type Engine struct {
 	waivers            Waivers
 	sensitiveHostPaths [][]string // each policy path under every name the host gives it (HostAliases), in the policy's order
 	writeProtected     [][]string // the same for writeProtectedHostPaths
-	writable           [][]string // the same for writableHostPaths
+	writable           [][]string // the same for writableHostPaths, scoped or not
 	runtimeState       [][]string // the same for runtimeStateHostPaths
 	named              []string   // writableHostPaths and writeProtectedHostPaths under every name, sorted
 }
@@ -217,9 +217,9 @@ func New(p *config.Policy) (*Engine, error) {
 	e.waivers = waivers
 	e.sensitiveHostPaths = aliasesOf(s.SensitiveHostPaths)
 	e.writeProtected = aliasesOf(s.WriteProtectedHostPaths)
-	e.writable = aliasesOf(s.WritableHostPaths)
+	e.writable = aliasesOf(s.WritablePaths())
 	e.runtimeState = aliasesOf(s.RuntimeStateHostPaths)
-	e.named = namedPaths(s.WritableHostPaths, s.WriteProtectedHostPaths)
+	e.named = namedPaths(s.WritablePaths(), s.WriteProtectedHostPaths)
 	return e, nil
 }
 
