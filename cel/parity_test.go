@@ -131,6 +131,7 @@ func gapsOf(p *config.Policy, req policy.Request, want policy.Result) map[string
 	// the engine exactly.
 	if pod, ok := req.Object.(*corev1.Pod); ok && !hasUncleanPath(pod) {
 		delete(gaps, string(policy.RuleSensitiveHostPath))
+		delete(gaps, string(policy.RuleHostPathLink))
 		delete(gaps, string(policy.RuleDeviceListMount))
 		delete(gaps, string(policy.RuleNamespaceEntry))
 		delete(gaps, string(policy.RuleAddedCapabilities))

@@ -42,6 +42,9 @@ const (
 	fixNamespace = "excluded by the chart's defaults"
 	// fixExempt: the denied workloads' service accounts are exempted.
 	fixExempt = "exempt its service accounts"
+	// fixScopeLogs: /var/log, which the runtime's container logs lie in, is
+	// a data directory scoped to the denied workloads' service accounts.
+	fixScopeLogs = "scope `/var/log` to its service accounts (`writableHostPaths`)"
 )
 
 func grafanaChart(dir string) upstreamchart.Source {
@@ -57,10 +60,14 @@ func istioChart(dir string) upstreamchart.Source {
 // infraProjects: log shippers, storage, CNI and mesh agents, runtime
 // security and monitoring agents, as they install by default.
 func infraProjects() []infraProject {
-	hp, priv, caps, ns := policy.RuleSensitiveHostPath, policy.RulePrivileged, policy.RuleAddedCapabilities, policy.RuleNamespaceEntry
+	hp, priv, caps, ns, link := policy.RuleSensitiveHostPath, policy.RulePrivileged, policy.RuleAddedCapabilities, policy.RuleNamespaceEntry, policy.RuleHostPathLink
 	return []infraProject{
-		{name: "Fluent Bit (Grafana's chart)", source: grafanaChart("fluent-bit"), ns: "logging"},
-		{name: "Fluent Bit", shaped: "fluent-bit.yaml", ns: "logging"},
+		// Fluent Bit keeps its position database in /var/log, read-write
+		// as root: beside the container logs the runtime opens as root.
+		{name: "Fluent Bit (Grafana's chart)", source: grafanaChart("fluent-bit"), ns: "logging",
+			denied: map[string][]policy.RuleID{"DaemonSet/fluent-bit-fluent-bit-loki": {hp}}, fix: fixScopeLogs},
+		{name: "Fluent Bit", shaped: "fluent-bit.yaml", ns: "logging",
+			denied: map[string][]policy.RuleID{"DaemonSet/fluent-bit": {hp}}, fix: fixScopeLogs},
 		{name: "Promtail", source: grafanaChart("promtail"), ns: "logging"},
 		// Vector's chart mounts /var/lib read-only as root: every pod's
 		// volumes and tokens under /var/lib/kubelet.
@@ -70,21 +77,21 @@ func infraProjects() []infraProject {
 			Version: "v0.0.30", Sum: "h1:OkiuofkCSscddl7tma/B9Ox1wu+JEVSrP7IcZI65Ggo=", Dir: "deploy/chart/local-path-provisioner"}},
 		{name: "AWS EBS CSI driver", ns: "aws-ebs-csi", source: upstreamchart.Source{Module: "github.com/kubernetes-sigs/aws-ebs-csi-driver",
 			Version: "v1.44.0", Sum: "h1:BETHuC7vLYnNZXYe4T0zj/IuPx40s7yvpULm4EJO0PQ=", Dir: "charts/aws-ebs-csi-driver"},
-			denied: map[string][]policy.RuleID{"DaemonSet/ebs-csi-node": {priv, hp}}, fix: fixExempt},
+			denied: map[string][]policy.RuleID{"DaemonSet/ebs-csi-node": {link, priv, hp}}, fix: fixExempt},
 		{name: "Longhorn", shaped: "longhorn.yaml", ns: "longhorn-system",
-			denied: map[string][]policy.RuleID{"DaemonSet/longhorn-manager": {ns, priv, hp}, "DaemonSet/longhorn-csi-plugin": {priv, hp}}, fix: fixExempt},
+			denied: map[string][]policy.RuleID{"DaemonSet/longhorn-manager": {ns, priv, hp}, "DaemonSet/longhorn-csi-plugin": {link, priv, hp}}, fix: fixExempt},
 		{name: "Cilium", ns: "kube-system", source: upstreamchart.Source{Module: "github.com/cilium/cilium",
 			Version: "v1.20.2", Sum: "h1:dqiEGIcXc+gqCLYG/l7VCFJ8GHyb4HUrwbZOpkX5dL8=", Dir: "install/kubernetes/cilium"},
-			denied: map[string][]policy.RuleID{"DaemonSet/cilium": {caps, ns, hp}, "DaemonSet/cilium-envoy": {caps, hp}}, fix: fixNamespace},
+			denied: map[string][]policy.RuleID{"DaemonSet/cilium": {caps, link, ns, priv, hp}, "DaemonSet/cilium-envoy": {caps, hp}}, fix: fixNamespace},
 		{name: "Calico", ns: "calico-system", source: upstreamchart.Source{Module: "github.com/projectcalico/calico",
 			Version: "v1.11.0-cni-plugin.0.20250813170300-a0db560f0520", Sum: "h1:TXnPEzx4pLWgwzCetIO/VJuz4iBZZrOdNSv16a50YqE=", Dir: "charts/calico"},
-			denied: map[string][]policy.RuleID{"DaemonSet/calico-node": {ns, priv, hp}}, fix: fixNamespace},
+			denied: map[string][]policy.RuleID{"DaemonSet/calico-node": {link, ns, priv, hp}}, fix: fixNamespace},
 		{name: "Istio CNI", source: istioChart("istio-cni"), ns: "istio-system",
 			denied: map[string][]policy.RuleID{"DaemonSet/istio-cni-node": {caps, ns, hp}}, fix: fixExempt},
 		{name: "Istio ztunnel", source: istioChart("ztunnel"), ns: "istio-system",
 			denied: map[string][]policy.RuleID{"DaemonSet/ztunnel": {caps, hp}}, fix: fixExempt},
 		{name: "Falco", shaped: "falco.yaml", ns: "falco",
-			denied: map[string][]policy.RuleID{"DaemonSet/falco": {ns, priv, hp}}, fix: fixExempt},
+			denied: map[string][]policy.RuleID{"DaemonSet/falco": {link, ns, priv, hp}}, fix: fixExempt},
 		{name: "Datadog agent", shaped: "datadog.yaml", ns: "datadog",
 			denied: map[string][]policy.RuleID{"DaemonSet/datadog": {ns, hp}}, fix: fixExempt},
 	}
@@ -158,13 +165,21 @@ func TestInfrastructureCorpus(t *testing.T) {
 	checkDocTable(t, "../docs/compatibility.md", "infrastructure-corpus", strings.Join(rows, "\n"))
 }
 
-// deniedBy lists the rules that deny pod, sorted.
+// deniedBy lists the rules that deny pod, listed or omitted, sorted.
 func deniedBy(t *testing.T, e *policy.Engine, pod *corev1.Pod, ns, sa string) []policy.RuleID {
 	t.Helper()
 	var rules []policy.RuleID
-	for _, v := range admit(t, e, pod, ns, sa).Violations {
+	r := admit(t, e, pod, ns, sa)
+	for _, v := range r.Violations {
 		if !slices.Contains(rules, v.Rule) {
 			rules = append(rules, v.Rule)
+		}
+	}
+	// A pod with more than policy.MaxFindings findings lists only the
+	// first; the rules of the rest deny it all the same.
+	for _, rule := range r.OmittedRules {
+		if !slices.Contains(rules, rule) {
+			rules = append(rules, rule)
 		}
 	}
 	slices.Sort(rules)
@@ -184,8 +199,16 @@ func checkInfraFix(t *testing.T, gg *chart.Chart, without *policy.Engine, p infr
 		if !slices.Contains(excluded, p.ns) {
 			t.Errorf("%s: namespace %s is not among the chart's excluded namespaces %v", p.name, p.ns, excluded)
 		}
-	case fixExempt:
+	case fixExempt, fixScopeLogs:
 		values := map[string]any{"policy": map[string]any{"spec": map[string]any{"exemptions": map[string]any{"serviceAccounts": accounts}}}}
+		if p.fix == fixScopeLogs {
+			var writable []any
+			for _, w := range config.Default().Spec.WritableHostPaths {
+				writable = append(writable, w.Path)
+			}
+			writable = append(writable, map[string]any{"path": "/var/log", "serviceAccounts": accounts})
+			values = map[string]any{"policy": map[string]any{"spec": map[string]any{"writableHostPaths": writable}}}
+		}
 		with, err := policy.New(renderedPolicy(t, gg, values))
 		if err != nil {
 			t.Fatal(err)

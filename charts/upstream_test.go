@@ -58,8 +58,8 @@ func upstreamStacks() []upstreamStack {
 			// the plugin (it signals the plugin's process) and the MIG
 			// variables for GFD.
 			want: map[string][]policy.RuleID{
-				"DaemonSet/nvdp-nvidia-device-plugin": {policy.RuleAddedCapabilities, policy.RuleCapabilities, policy.RuleDeviceEnv, policy.RuleProtectedEnv,
-					policy.RuleSensitiveHostPath},
+				"DaemonSet/nvdp-nvidia-device-plugin": {policy.RuleAddedCapabilities, policy.RuleCapabilities, policy.RuleDeviceEnv, policy.RuleHostPathLink,
+					policy.RuleProtectedEnv, policy.RuleSensitiveHostPath},
 				"DaemonSet/nvdp-nvidia-device-plugin-gpu-feature-discovery": {policy.RulePrivileged, policy.RuleProtectedEnv,
 					policy.RuleSensitiveHostPath},
 				"DaemonSet/nvdp-nvidia-device-plugin-mps-control-daemon": devicePluginWants["DaemonSet/nvdp-nvidia-device-plugin-mps-control-daemon"],
@@ -101,12 +101,13 @@ func upstreamStacks() []upstreamStack {
 // devicePluginWants are the rules gpuguard acts on the device plugin
 // chart's workloads with, without the preset.
 var devicePluginWants = map[string][]policy.RuleID{
-	"DaemonSet/nvdp-nvidia-device-plugin": {policy.RuleDeviceEnv, policy.RuleProtectedEnv, policy.RuleSensitiveHostPath},
+	"DaemonSet/nvdp-nvidia-device-plugin": {policy.RuleDeviceEnv, policy.RuleHostPathLink, policy.RuleProtectedEnv,
+		policy.RuleSensitiveHostPath},
 	// GFD writes NFD's features.d under /etc, a system directory: a
 	// tenant writing there would forge the node's labels.
 	"DaemonSet/nvdp-nvidia-device-plugin-gpu-feature-discovery": {policy.RulePrivileged, policy.RuleSensitiveHostPath},
-	"DaemonSet/nvdp-nvidia-device-plugin-mps-control-daemon": {policy.RuleDeviceEnv, policy.RuleNamespaceEntry, policy.RulePrivileged,
-		policy.RuleProtectedEnv, policy.RuleSensitiveHostPath},
+	"DaemonSet/nvdp-nvidia-device-plugin-mps-control-daemon": {policy.RuleDeviceEnv, policy.RuleHostPathLink, policy.RuleNamespaceEntry,
+		policy.RulePrivileged, policy.RuleProtectedEnv, policy.RuleSensitiveHostPath},
 }
 
 // upstreamWorkload is one pod a rendered chart's controllers would create.
@@ -137,6 +138,10 @@ func firedRules(t *testing.T, e *policy.Engine, pod *corev1.Pod, ns, sa string) 
 	set := map[policy.RuleID]bool{}
 	for _, v := range r.Violations {
 		set[v.Rule] = true
+	}
+	// Rules whose findings fell beyond policy.MaxFindings deny all the same.
+	for _, rule := range r.OmittedRules {
+		set[rule] = true
 	}
 	for _, w := range r.Warnings {
 		set[w.Rule] = true

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -85,6 +86,9 @@ func TestErrors(t *testing.T) {
 		{"relative path", head + "spec:\n  sensitiveHostPaths: [dev]\n", []string{"spec.sensitiveHostPaths[0]", "absolute path"}},
 		{"writable root", head + "spec:\n  writableHostPaths: [/]\n", []string{"spec.writableHostPaths[0]", "host's root cannot be writable"}},
 		{"writable above a sensitive path", head + "spec:\n  writableHostPaths: [/var/lib]\n", []string{"spec.writableHostPaths[0]", "holds the sensitive path /var/lib/kubelet/device-plugins"}},
+		{"scoped writable without a name", head + "spec:\n  writableHostPaths: [{path: /var/log, serviceAccounts: [{namespace: logging}]}]\n", []string{"spec.writableHostPaths[0].serviceAccounts[0]"}},
+		{"scoped writable bad namespace", head + "spec:\n  writableHostPaths: [{path: /var/log, namespaces: [Logging]}]\n", []string{"spec.writableHostPaths[0].namespaces[0]"}},
+		{"writable entry of another shape", head + "spec:\n  writableHostPaths: [{path: /var/log, owners: [x]}]\n", []string{"spec.writableHostPaths[0].owners: unknown field"}},
 		{"relative runtime state", head + "spec:\n  runtimeStateHostPaths: [run]\n", []string{"spec.runtimeStateHostPaths[0]", "absolute path"}},
 		{"bad severity", head + "spec:\n  advisories: {privileged: block}\n", []string{"spec.advisories.privileged: Unsupported value"}},
 		{"bad exemption", head + "spec:\n  exemptions:\n    serviceAccounts: [{namespace: Team_A, name: x}]\n", []string{"spec.exemptions.serviceAccounts[0].namespace"}},
@@ -175,5 +179,29 @@ func TestSpecJSONSchemaCoversEveryField(t *testing.T) {
 	sa := props["exemptions"].(map[string]any)["properties"].(map[string]any)["serviceAccounts"].(map[string]any)["items"].(map[string]any)
 	if !reflect.DeepEqual(sa["required"], []string{"namespace", "name"}) || sa["additionalProperties"] != false {
 		t.Errorf("service account entries: %v", sa)
+	}
+}
+
+// TestWritableHostPathForms: an entry of writableHostPaths is a plain path or
+// a scoped entry, and a plain one is written back as its path.
+func TestWritableHostPathForms(t *testing.T) {
+	p, err := config.Parse("p.yaml", []byte("apiVersion: gpuguard.io/v1alpha1\nkind: GPUGuardPolicy\nspec:\n  writableHostPaths:\n"+
+		"    - /var/tmp\n    - {path: /var/log, serviceAccounts: [{namespace: logging, name: fluent-bit}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := p.Spec.WritableHostPaths
+	if len(w) != 2 || w[0].Scoped() || w[0].Path != "/var/tmp" || !w[1].Scoped() {
+		t.Fatalf("entries %+v", w)
+	}
+	if !w[1].Admits("logging", "fluent-bit") || w[1].Admits("logging", "other") || !w[0].Admits("team-a", "default") {
+		t.Errorf("scopes wrong: %+v", w)
+	}
+	out, err := json.Marshal(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `["/var/tmp",{"path":"/var/log","serviceAccounts":[{"namespace":"logging","name":"fluent-bit"}]}]`; string(out) != want {
+		t.Errorf("marshalled %s, want %s", out, want)
 	}
 }

@@ -226,6 +226,9 @@ func checkShape(n *yaml.Node, t reflect.Type, path *field.Path, lines map[string
 	}
 	switch t.Kind() {
 	case reflect.Struct:
+		if n.Kind == yaml.ScalarNode && stringForms[t] {
+			return checkShape(n, reflect.TypeFor[string](), path, lines)
+		}
 		if n.Kind != yaml.MappingNode {
 			return []Problem{{Line: n.Line, Field: path.String(), Message: "must be a mapping of fields"}}
 		}

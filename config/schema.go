@@ -15,6 +15,10 @@ var enumValues = map[reflect.Type][]string{
 	reflect.TypeFor[Severity]():      {string(SeverityWarn), string(SeverityDeny)},
 }
 
+// stringForms are the entry types also written as a plain string, their
+// first field's value (a writable path without scope).
+var stringForms = map[reflect.Type]bool{reflect.TypeFor[WritableHostPath](): true}
+
 // SpecJSONSchema is the JSON Schema of a policy's spec, derived from the Go
 // types: unknown fields are refused at every level, enumerated fields take
 // only their values, and the entries of a list (a protected variable, a
@@ -32,6 +36,9 @@ func SpecJSONSchema() map[string]any {
 func schemaOf(t reflect.Type, inList bool) map[string]any {
 	if values, ok := enumValues[t]; ok {
 		return map[string]any{"enum": values}
+	}
+	if stringForms[t] {
+		return map[string]any{"anyOf": []any{map[string]any{"type": "string"}, structSchema(t, true)}}
 	}
 	switch t.Kind() {
 	case reflect.Bool:

@@ -77,8 +77,10 @@ type PolicySpec struct {
 	// runtime-state trees (log directories, local storage roots, agents'
 	// socket directories): a hostPath volume at or below one may be mounted
 	// read-write, and needs none of the conditions of RuntimeStateHostPaths.
-	// Sensitive paths stay denied below them.
-	WritableHostPaths []string `json:"writableHostPaths"`
+	// Sensitive paths stay denied below them. An entry is a path (every
+	// pod's) or a path scoped to the service accounts or namespaces that own
+	// it (WritableHostPath): outside its scope it is write-protected.
+	WritableHostPaths []WritableHostPath `json:"writableHostPaths"`
 	// RuntimeStateHostPaths are the trees where container runtimes, the
 	// kubelet and Kubernetes distributions keep sockets, credentials and
 	// other pods' volumes. A hostPath volume at, below or above one is

@@ -173,8 +173,19 @@ func validateAnnotations(fld *field.Path, a *AnnotationPolicy) field.ErrorList {
 // the host's root nor at or above a sensitive path, where it would name
 // what stays denied anyway (or, for /, lift the whole class).
 func validateWritableHostPaths(fld *field.Path, s *PolicySpec) field.ErrorList {
-	errs := absolutePaths(fld, s.WritableHostPaths)
-	for i, w := range s.WritableHostPaths {
+	errs := absolutePaths(fld, s.WritablePaths())
+	for i, e := range s.WritableHostPaths {
+		for j, sa := range e.ServiceAccounts {
+			if sa.Namespace == "" || sa.Name == "" {
+				errs = append(errs, field.Invalid(fld.Index(i).Child("serviceAccounts").Index(j), sa, "a service account needs its namespace and name"))
+			}
+		}
+		for j, ns := range e.Namespaces {
+			if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+				errs = append(errs, field.Invalid(fld.Index(i).Child("namespaces").Index(j), ns, strings.Join(msgs, "; ")))
+			}
+		}
+		w := e.Path
 		c := path.Clean(w)
 		if !strings.HasPrefix(w, "/") {
 			continue

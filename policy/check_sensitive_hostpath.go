@@ -275,13 +275,13 @@ func relatedCEL(paths []string) string {
 }
 
 // writableCEL: host path volume v's clean path is at or below one of the
-// policy's writableHostPaths, under any of their names.
+// policy's writableHostPaths, scoped or not, under any of their names.
 func writableCEL(in *CELInput) string {
 	if len(in.Policy.Spec.WritableHostPaths) == 0 {
 		return "false"
 	}
 	return fmt.Sprintf(`%s.exists(w, %[2]s == w || %[2]s.startsWith(w + "/"))`,
-		aliasedPathsCEL(in.Policy.Spec.WritableHostPaths), celexpr.CleanPath("v.hostPath.path"))
+		aliasedPathsCEL(in.Policy.Spec.WritablePaths()), celexpr.CleanPath("v.hostPath.path"))
 }
 
 // sensitiveRelationCEL are predicates over a host path volume v: its path is

@@ -180,8 +180,9 @@ type Engine struct {
 	waivers            Waivers
 	sensitiveHostPaths [][]string // each policy path under every name the host gives it (HostAliases), in the policy's order
 	writeProtected     [][]string // the same for writeProtectedHostPaths
-	writable           [][]string // the same for writableHostPaths
+	writable           [][]string // the same for writableHostPaths, scoped or not
 	runtimeState       [][]string // the same for runtimeStateHostPaths
+	named              []string   // writableHostPaths and writeProtectedHostPaths under every name, sorted
 	// addable are the capabilities added-capabilities lets a container
 	// add, in the runtime's form (upper case, without CAP_).
 	addable map[string]bool
@@ -219,8 +220,9 @@ func New(p *config.Policy) (*Engine, error) {
 	e.waivers = waivers
 	e.sensitiveHostPaths = aliasesOf(s.SensitiveHostPaths)
 	e.writeProtected = aliasesOf(s.WriteProtectedHostPaths)
-	e.writable = aliasesOf(s.WritableHostPaths)
+	e.writable = aliasesOf(s.WritablePaths())
 	e.runtimeState = aliasesOf(s.RuntimeStateHostPaths)
+	e.named = namedPaths(s.WritablePaths(), s.WriteProtectedHostPaths)
 	e.addable = setOf(addableCapabilities(s))
 	return e, nil
 }

@@ -22,7 +22,7 @@ func TestWaivers(t *testing.T) {
 	}{
 		{name: "no rules: every rule", entries: []config.ServiceAccountExemption{pair("a")}, whole: true},
 		{name: "named rules", entries: []config.ServiceAccountExemption{pair("a", "privileged", "sensitive-hostpath")},
-			want: []policy.RuleID{policy.RulePrivileged, policy.RuleSensitiveHostPath}},
+			want: []policy.RuleID{policy.RuleHostPathLink, policy.RulePrivileged, policy.RuleSensitiveHostPath}},
 		{name: "inject-void brings the rules that check its work",
 			entries: []config.ServiceAccountExemption{pair("a", "inject-void")},
 			want:    []policy.RuleID{policy.RuleFinalState, policy.RuleInjectVoid, policy.RuleVoidHidesGPU}},
