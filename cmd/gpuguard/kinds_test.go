@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -28,7 +29,7 @@ func TestCheckKinds(t *testing.T) {
 		t.Run(filepath.Base(file), func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			o := &checkOptions{namespace: "default", out: outputOptions{format: "json", failOn: "deny,skip"}}
-			err := o.run(nil, []string{file}, nil, &stdout, &stderr)
+			err := o.run(context.Background(), []string{file}, nil, &stdout, &stderr)
 			if ee, ok := err.(*exitError); err != nil && (!ok || ee.code != exitDenied) {
 				t.Fatalf("check: %v\n%s", err, stderr.String())
 			}
@@ -102,7 +103,7 @@ func runCheck(t *testing.T, o *checkOptions, paths ...string) (code int, stdout,
 		o.out.format, o.out.failOn = "text", "deny"
 	}
 	var out, errOut bytes.Buffer
-	err := o.run(nil, paths, nil, &out, &errOut)
+	err := o.run(context.Background(), paths, nil, &out, &errOut)
 	if ee, ok := err.(*exitError); ok {
 		code = ee.code
 		errOut.WriteString(ee.msg)

@@ -92,7 +92,7 @@ func metrics() Metrics {
 func reportsScheme(t *testing.T) *runtime.Scheme {
 	t.Helper()
 	s := runtime.NewScheme()
-	if err := openreports.AddToScheme(s); err != nil {
+	if err := openreports.Install(s); err != nil {
 		t.Fatal(err)
 	}
 	return s
