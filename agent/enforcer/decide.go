@@ -59,6 +59,12 @@ type Facts struct {
 	// Allocated are the device IDs the kubelet allocated to the container
 	// for GPU resources, as PodResources reports them.
 	Allocated []string
+	// Claimed are the devices of the container's DRA claims of NVIDIA's
+	// drivers, as PodResources reports them; ClaimedCDI the CDI devices
+	// the kubelet hands the runtime for them, whose specs the DRA driver
+	// writes. Both count as grants, as the allocation does.
+	Claimed    []ClaimedDevice
+	ClaimedCDI []string
 	// Exempt names the exemption that covers the pod; "" for none.
 	Exempt string
 	// Waived are the rules the exemption waives; nil for every rule.
@@ -67,6 +73,14 @@ type Facts struct {
 	// integration on: KAI, not the kubelet, accounts for its GPUs.
 	KAIFraction bool
 }
+
+// ClaimedDevice is one device of a DRA claim: its driver's name and the
+// device's name in the driver's pool ("gpu-0" of gpu.nvidia.com).
+type ClaimedDevice struct{ Driver, Device string }
+
+// granted reports whether the kubelet gave the container devices, through
+// a device plugin or a DRA claim.
+func (f Facts) granted() bool { return len(f.Allocated) > 0 || len(f.Claimed) > 0 }
 
 // Decision is the adjustment of one container.
 type Decision struct {
@@ -168,12 +182,13 @@ func (r *Rules) Decide(c Container, f Facts) Decision {
 		return d
 	}
 	grant := r.gpus.grant(f.Allocated)
+	grant.claim(r.gpus, f.Claimed, f.ClaimedCDI)
 	env, counts := envMap(c.Env)
-	gpu := len(f.Allocated) > 0 || f.KAIFraction
+	gpu := f.granted() || f.KAIFraction
 	// Each channel follows the rule that guards it at admission: an
 	// exemption waiving that rule leaves the channel as the pod set it.
 	gpuRule := policy.RuleInjectVoid
-	if len(f.Allocated) > 0 {
+	if f.granted() {
 		gpuRule = policy.RuleDeviceEnv
 	}
 	keepGPUs := f.Waived[gpuRule]
