@@ -143,7 +143,7 @@ func (g *grant) claim(in *Inventory, claimed []ClaimedDevice, cdi []string) {
 
 // covers reports whether a device variable's value grants nothing beyond
 // the allocation: void or empty, a device-list mount root (the mounts are
-// judged themselves), or allocated devices only.
+// judged themselves), or allocated devices only, by name or CDI name.
 func (g grant) covers(value string, deviceListRoots []string) bool {
 	value = strings.TrimSpace(value)
 	if value == "" || slices.Contains(strings.Split(value, ","), Void) {
@@ -153,7 +153,14 @@ func (g grant) covers(value string, deviceListRoots []string) bool {
 		return true
 	}
 	for item := range strings.SplitSeq(value, ",") {
-		if !g.names[strings.TrimSpace(item)] {
+		item = strings.TrimSpace(item)
+		// A fully qualified CDI name (KAI's binder writes
+		// k8s.device-plugin.nvidia.com/gpu=<uuid> where the device plugin
+		// uses CDI) is judged by its device, as a CDI annotation is.
+		if _, device, qualified := strings.Cut(item, "="); qualified {
+			item = device
+		}
+		if !g.names[item] {
 			return false
 		}
 	}

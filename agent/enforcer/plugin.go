@@ -236,7 +236,7 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 		log.V(1).Info("unchanged", "allocated", facts.Allocated, "claimed", facts.Claimed)
 		return "unchanged", nil, nil
 	}
-	log.Info("adjusted to the allocation", "allocated", facts.Allocated, "claimed", facts.Claimed, "changes", d.Changes)
+	log.Info("adjusted to the allocation", "allocated", facts.Allocated, "claimed", facts.Claimed, "kaiBound", facts.KAIBound, "changes", d.Changes)
 	go p.event(context.WithoutCancel(ctx), pod, ctr, corev1.EventTypeNormal, wellknown.ReasonContainerAdjusted,
 		"gpuguard made the container grant only its allocation: "+strings.Join(d.Changes, "; "))
 	return "adjusted", adjustment(d), nil
@@ -283,6 +283,9 @@ func (p *Plugin) relax(ctx context.Context, pod *api.PodSandbox, ctr *api.Contai
 	key := verifier.ContainerKey{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName()}
 	c := verifier.Container{ID: ctr.GetId(), Key: key, PodUID: pod.GetUid()}
 	f.KAIFraction = p.Exemptions.KAIFraction(ctx, c) > 0
+	if f.KAIFraction {
+		f.KAIBound, f.KAIUnbound = p.kaiBound(ctx, c)
+	}
 	f.Exempt, f.Waived = p.Exemptions.Of(ctx, c)
 	return f.Exempt != "" && f.Waived == nil
 }
