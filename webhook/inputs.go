@@ -99,6 +99,9 @@ func watchCluster(mgr manager.Manager, o Config, source *policysource.Source, m 
 			}}
 		reconciler.LeaseNamespace = o.Hardening.EnforcerLeaseNamespace
 		reconciler.InjectionOff = m.InjectionOff
+		if err := followDRASlices(mgr, o, reconciler); err != nil {
+			return reviewInputs{}, err
+		}
 	}
 	if apply := clusterAppliers(mgr, o, m); len(apply) > 0 {
 		reconciler.Apply = func(ctx context.Context, p *config.Policy) error {
@@ -130,4 +133,31 @@ func watchCluster(mgr manager.Manager, o Config, source *policysource.Source, m 
 		configMaps: lookup.NewConfigMaps(mgr.GetAPIReader(), o.Lookups.ConfigMapCacheTTL, o.Lookups.APIReadTimeout, m.ConfigMapLookups),
 		nodes:      lookup.NewNodes(mgr.GetAPIReader(), o.Lookups.APIReadTimeout)}
 	return in, mgr.Add(namespaces)
+}
+
+// followDRASlices makes the hardened-cluster profile count the nodes on
+// which a GPU DRA driver publishes ResourceSlices as GPU nodes, in the
+// version of resource.k8s.io the API server serves. Where it serves none
+// that gpuguard reads, no driver can publish a device in it either: it
+// says so, once, and nodes are GPU nodes by their labels and capacity.
+// A failed discovery is an error: the webhook does not start on a guess.
+func followDRASlices(mgr manager.Manager, o Config, reconciler *policysource.Reconciler) error {
+	if len(o.Hardening.GPUDRADrivers) == 0 {
+		o.Log.Info("no GPU DRA driver configured: nodes with DRA GPUs only are not GPU nodes for the hardened-cluster profile")
+		return nil
+	}
+	version, served, err := hardening.ServedSliceVersion(mgr.GetRESTMapper())
+	if err != nil {
+		return err
+	}
+	if version == "" {
+		o.Log.Info("the API server serves no ResourceSlices gpuguard reads: GPU nodes are told by labels and capacity only",
+			"group", "resource.k8s.io", "served", served, "read", hardening.SliceVersions)
+		return nil
+	}
+	o.Log.Info("GPU nodes include those with DRA devices of a GPU driver", "resourceSlices", "resource.k8s.io/"+version, "drivers", o.Hardening.GPUDRADrivers)
+	nodes := reconciler.Hardening.(*hardening.Nodes)
+	nodes.SliceVersion, nodes.GPUDRADrivers = version, o.Hardening.GPUDRADrivers
+	reconciler.DRASlice, reconciler.GPUDRADrivers = hardening.NewSlice(version), o.Hardening.GPUDRADrivers
+	return nil
 }
