@@ -80,6 +80,11 @@ rules:
   - apiGroups: [""]
     resources: ["nodes"]
     verbs: ["list", "watch"]
+  # ...and which nodes a GPU DRA driver publishes devices on (ResourceSlices,
+  # in whichever version the API server serves).
+  - apiGroups: ["resource.k8s.io"]
+    resources: ["resourceslices"]
+    verbs: ["list", "watch"]
   {{- end }}
   {{- if and $applies $ctx.Values.admission.prefilter }}
   # The pre-filter: server-side apply of one match condition on gpuguard's own
