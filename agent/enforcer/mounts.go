@@ -183,6 +183,9 @@ func (r *Rules) decideMountSources(c Container, f Facts) (refuse string, needsPo
 		if refuse := r.judgeResolved(h.Destination, h.Name, resolved, links, h.ReadOnly); refuse != "" {
 			return refuse, false
 		}
+		if refuse := r.judgeDiverging(c, h, resolved); refuse != "" {
+			return refuse, false
+		}
 	}
 	if needsPod {
 		return "gpuguard: a mount of the container has its source in a host path the policy guards, and its pod cannot be read " +
@@ -219,6 +222,33 @@ func (r *Rules) judgeResolved(dest, name, resolved string, links []string, readO
 	return fmt.Sprintf("gpuguard: the container's mount %s names the host path %s, which the node resolves through the link %s to %s, %s; "+
 		"a pod may have planted that link, and NRI cannot change a mount's source: mount the path itself, or exempt the pod's service account",
 		dest, name, links[planted], resolved, reach)
+}
+
+// judgeDiverging refuses hostPath mount h where the runtime's source for
+// it lies in a guarded path that the name, as the enforcer resolved it,
+// does not lead to: containerd followed a link the enforcer does not see
+// (in a file system mounted on the host since the agent started, which its
+// view of the host lacks). A subPath, bound from the pod's own directory,
+// is judged by its name alone.
+func (r *Rules) judgeDiverging(c Container, h HostPathMount, resolved string) string {
+	k := slices.IndexFunc(c.Mounts, func(m Mount) bool { return path.Clean(m.Destination) == path.Clean(h.Destination) })
+	if k < 0 {
+		return ""
+	}
+	source := path.Clean(c.Mounts[k].Source)
+	if slices.Contains(policy.HostAliases(resolved), source) || !r.maybeHostPathVolume(c, source, h.ReadOnly) || r.isOwnSubPath(c, source) {
+		return ""
+	}
+	return fmt.Sprintf("gpuguard: the container's mount %s names the host path %s, which the runtime resolved to %s, %s, where the node enforcer sees it lead to %s: "+
+		"a link the enforcer cannot see leads it there; mount the path itself, or exempt the pod's service account",
+		h.Destination, h.Name, source, r.engine.ResolvedHostPathReach(source, h.ReadOnly), resolved)
+}
+
+// isOwnSubPath reports whether source is a subPath the kubelet bound in
+// the pod's own directory.
+func (r *Rules) isOwnSubPath(c Container, source string) bool {
+	own := "/pods/" + c.PodUID + "/volume-subpaths/"
+	return c.PodUID != "" && strings.Contains(source, own)
 }
 
 // maybeHostPathVolume reports whether a mount of source may be one of the

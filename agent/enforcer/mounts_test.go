@@ -1,16 +1,27 @@
 package enforcer
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
+	"github.com/containerd/nri/pkg/api"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/gpuguard/gpuguard/agent/verifier"
 	"github.com/gpuguard/gpuguard/policy"
 )
 
@@ -126,6 +137,11 @@ func TestDecideMountSources(t *testing.T) {
 			refuse: []string{"/l", "/var/tmp/loop", "cannot resolve"}},
 		{name: "a source that is a link loop", c: ctr(Mount{Destination: "/l", Source: "/var/tmp/loop"}),
 			refuse: []string{"/l", "/var/tmp/loop", "cannot resolve"}},
+		{name: "the runtime resolved the name elsewhere than the enforcer sees", c: ctr(Mount{Destination: "/d", Source: "/run/containerd"}),
+			f:      read(HostPathMount{Destination: "/d", Name: "/var/tmp/plain/late"}),
+			refuse: []string{"/d", "/var/tmp/plain/late", "resolved to /run/containerd", "the sensitive path /run/containerd"}},
+		{name: "a subPath bound from the pod's directory", c: ctr(Mount{Destination: "/k", Source: "/var/lib/kubelet/pods/u1/volume-subpaths/v/c/0"}),
+			f: read(HostPathMount{Destination: "/k", Name: "/var/tmp/plain/sub"})},
 		{name: "a link to an unlisted directory", c: ctr(Mount{Destination: "/d", Source: "/data"}),
 			f: read(HostPathMount{Destination: "/d", Name: "/var/tmp/data"})},
 		{name: "a data directory mounted itself", c: ctr(Mount{Destination: "/t", Source: "/var/tmp/plain"}),
@@ -181,5 +197,68 @@ func TestHostPathMountsOf(t *testing.T) {
 	// since): every hostPath volume of the pod.
 	if got := HostPathMountsOf(pod, "debug"); !slices.Equal(got, []HostPathMount{{"(volume h)", "/var/tmp/x", false}}) {
 		t.Errorf("HostPathMountsOf an unknown container = %v", got)
+	}
+}
+
+// TestPlantedLinkThroughPlugin: at creation, as containerd shows it (the
+// hostPath's link already followed), a container whose mount source lies
+// in a guarded path gets its pod read, once, and is refused where the name
+// leads there through a planted link; a container mounting a data
+// directory costs no read; and at validation, a mount a later plugin adds
+// there gets the pod read too. Without the pod, such a container is
+// refused, never created unjudged.
+func TestPlantedLinkThroughPlugin(t *testing.T) {
+	hostPod := func(name, hostPath string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, UID: types.UID("uid-" + name)},
+			Spec: corev1.PodSpec{
+				Volumes:    []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostPath}}}},
+				Containers: []corev1.Container{{Name: "main", VolumeMounts: []corev1.VolumeMount{{Name: "h", MountPath: "/mnt/host"}}}}}}
+	}
+	client := fake.NewClientset(hostPod("planted", "/var/tmp/abs/containerd.sock"), hostPod("plain", "/var/tmp/plain"), hostPod("later", "/var/tmp/plain"))
+	var reads atomic.Int32
+	client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { reads.Add(1); return false, nil, nil })
+	rules := &atomic.Pointer[Rules]{}
+	rules.Store(testRules(t).WithHostRoot(hostRoot(t)))
+	decisions, latency := NewMetrics(prometheus.NewRegistry())
+	p := &Plugin{Rules: rules, Allocations: fixedAllocations{}, Exemptions: &verifier.Exemptions{Client: client},
+		Log: logr.Discard(), Decisions: decisions, Latency: latency}
+	create := func(pod, source string) error {
+		req := createRequest(pod, "main")
+		req.Container.Mounts = []*api.Mount{{Destination: "/mnt/host", Source: source, Type: "bind", Options: []string{"rbind", "rw"}}}
+		_, _, err := p.CreateContainer(context.Background(), req.Pod, req.Container)
+		return err
+	}
+	err := create("planted", "/run/containerd/containerd.sock")
+	if err == nil || !strings.Contains(err.Error(), "names the host path /var/tmp/abs/containerd.sock, which the node resolves through the link /var/tmp/abs to /run/containerd/containerd.sock") {
+		t.Errorf("a planted link: %v, want refused naming the name, the link and where it leads", err)
+	}
+	if got := reads.Swap(0); got != 1 {
+		t.Errorf("a planted link: %d reads of the pod, want 1", got)
+	}
+	if err := create("plain", "/var/tmp/plain"); err != nil {
+		t.Errorf("a data directory: %v", err)
+	}
+	if got := reads.Swap(0); got != 0 {
+		t.Errorf("a data directory: %d reads of the pod, want none", got)
+	}
+
+	// Validation: a later plugin adds a mount of the runtime's socket
+	// directory; the pod names no hostPath there, and it is the node's.
+	req := createRequest("later", "main")
+	if _, _, err := p.CreateContainer(context.Background(), req.Pod, req.Container); err != nil {
+		t.Fatal(err)
+	}
+	adj := &api.ContainerAdjustment{}
+	adj.AddMount(&api.Mount{Destination: "/run/plugin", Source: "/run/containerd", Type: "bind", Options: []string{"rbind", "ro"}})
+	if err := p.ValidateContainerAdjustment(context.Background(), &api.ValidateContainerAdjustmentRequest{Pod: req.Pod, Container: req.Container, Adjust: adj}); err != nil {
+		t.Errorf("a later plugin's mount: %v", err)
+	}
+	if got := reads.Swap(0); got != 1 {
+		t.Errorf("a later plugin's mount: %d reads of the pod, want 1", got)
+	}
+
+	p.Exemptions = &verifier.Exemptions{}
+	if err := create("planted", "/run/containerd/containerd.sock"); err == nil || !strings.Contains(err.Error(), "cannot be read") {
+		t.Errorf("without the pod: %v, want refused", err)
 	}
 }
