@@ -40,7 +40,13 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 	if err != nil {
 		return err
 	}
-	rules.WithCDI(namer).WithCDIInjector(specs).WithDeviceMajors(majors)
+	// Mount sources resolved in the host's file system, where the runtime
+	// follows their links.
+	host, err := enforcer.NewHostResolver(a.cfg.HostRoot)
+	if err != nil {
+		return err
+	}
+	rules.WithCDI(namer).WithCDIInjector(specs).WithDeviceMajors(majors).WithHostRoot(host)
 	allocations, err := verifier.DialPodResources(a.cfg.PodResourcesSocket)
 	if err != nil {
 		return err
@@ -82,7 +88,7 @@ func (a *Agent) startEnforcer(ctx context.Context, s *session, inv *discovery.In
 			}
 			pol := a.verifierPolicy()
 			if r, err := enforcer.NewRules(pol, inv); err == nil {
-				current.Store(r.WithCDI(namer).WithCDIInjector(specs).WithDeviceMajors(majors))
+				current.Store(r.WithCDI(namer).WithCDIInjector(specs).WithDeviceMajors(majors).WithHostRoot(host))
 				ex.Set(pol, nil)
 			}
 		}

@@ -49,10 +49,17 @@ type Container struct {
 	// AllDevices: its device cgroup allows every device, as for a
 	// privileged container.
 	AllDevices bool
+	// PodUID and SandboxID name its pod and the pod's sandbox, whose own
+	// state in the kubelet's and containerd's directories it mounts.
+	PodUID, SandboxID string
 }
 
 // Mount is one mount of a container.
-type Mount struct{ Destination, Source string }
+type Mount struct {
+	Destination, Source string
+	// ReadOnly: the runtime mounts it read-only (option ro or rro).
+	ReadOnly bool
+}
 
 // Facts are what the enforcer knows of the container beyond its spec.
 type Facts struct {
@@ -79,6 +86,10 @@ type Facts struct {
 	// fraction container is refused.
 	KAIBound   []string
 	KAIUnbound string
+	// PodRead: the pod was read, and HostPaths are the mounts of its
+	// hostPath volumes in the container (mounts.go).
+	PodRead   bool
+	HostPaths []HostPathMount
 }
 
 // ClaimedDevice is one device of a DRA claim: its driver's name and the
@@ -108,7 +119,14 @@ type Decision struct {
 	InjectCDI []string
 	// Changes say, one line each, what was changed and why.
 	Changes []string
+	// needsPod: Refuse stands until the pod's hostPath volumes are read
+	// (Facts.PodRead), which may lift it.
+	needsPod bool
 }
+
+// NeedsPod reports whether d would be decided again once the pod's
+// hostPath volumes are read into the facts (Facts.PodRead).
+func (d Decision) NeedsPod() bool { return d.needsPod }
 
 // Changed reports whether the decision changes the container.
 func (d Decision) Changed() bool { return d.Refuse != "" || len(d.Changes) > 0 }
@@ -137,6 +155,15 @@ type Rules struct {
 	inject CDIInjector
 	// majors are the node's NVIDIA character device majors.
 	majors DeviceMajors
+	// host resolves mount sources as the runtime will; nil judges none.
+	host *HostResolver
+}
+
+// WithHostRoot judges mount sources as the runtime resolves them, in the
+// host's file system, seen at root.
+func (r *Rules) WithHostRoot(h *HostResolver) *Rules {
+	r.host = h
+	return r
 }
 
 // NeedsAllocation reports whether what the kubelet allocated could matter
@@ -187,6 +214,11 @@ func (r *Rules) Decide(c Container, f Facts) Decision {
 	if c.AllDevices && !f.Waived[policy.RulePrivileged] {
 		d.Refuse = "gpuguard: a privileged container sees every GPU of the node whatever the kubelet allocated; drop privileged or exempt its service account"
 		return d
+	}
+	if !f.Waived[policy.RuleHostPathLink] {
+		if refuse, needsPod := r.decideMountSources(c, f); refuse != "" {
+			return Decision{Refuse: refuse, needsPod: needsPod}
+		}
 	}
 	grant := r.gpus.grant(slices.Concat(f.Allocated, f.KAIBound))
 	grant.claim(r.gpus, f.Claimed, f.ClaimedCDI)

@@ -193,6 +193,7 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 	rules := p.Rules.Load()
 	spec := containerOf(ctr)
 	spec.Name, spec.PodAnnotations = ctr.GetName(), pod.GetAnnotations()
+	spec.PodUID, spec.SandboxID = pod.GetUid(), pod.GetId()
 	// Most containers, whose images say nothing of GPUs, need neither the
 	// kubelet nor the exemptions: they cost no read.
 	if !rules.NeedsAllocation(spec) {
@@ -217,13 +218,13 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 		log.V(1).Info("unchanged", "allocated", facts.Allocated, "claimed", facts.Claimed)
 		return "unchanged", nil, nil
 	}
-	exempt := p.relax(ctx, pod, ctr, &facts)
+	exempt := p.relax(ctx, pod, ctr, &facts, d.NeedsPod())
 	p.judged.put(ctr.GetId(), facts, true)
 	if exempt {
 		log.V(1).Info("exempt", "exemption", facts.Exempt)
 		return "exempt", nil, nil
 	}
-	if facts.Exempt != "" || facts.KAIFraction {
+	if facts.Exempt != "" || facts.KAIFraction || facts.PodRead {
 		// Decided again with what relaxes it.
 		d = rules.Decide(spec, facts)
 	}
@@ -277,9 +278,10 @@ func (p *Plugin) allocated(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 }
 
 // relax adds to f what relaxes the decision: the pod's exemption, with
-// the rules it waives, and KAI's fraction. It reports whether the
+// the rules it waives, and KAI's fraction; with readPod, the mounts of its
+// hostPath volumes, unless it cannot be read. It reports whether the
 // exemption waives every rule.
-func (p *Plugin) relax(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, f *Facts) (exempt bool) {
+func (p *Plugin) relax(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, f *Facts, readPod bool) (exempt bool) {
 	key := verifier.ContainerKey{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName()}
 	c := verifier.Container{ID: ctr.GetId(), Key: key, PodUID: pod.GetUid()}
 	f.KAIFraction = p.Exemptions.KAIFraction(ctx, c) > 0
@@ -287,6 +289,11 @@ func (p *Plugin) relax(ctx context.Context, pod *api.PodSandbox, ctr *api.Contai
 		f.KAIBound, f.KAIUnbound = p.kaiBound(ctx, c)
 	}
 	f.Exempt, f.Waived = p.Exemptions.Of(ctx, c)
+	if readPod && !f.PodRead {
+		if spec := p.Exemptions.Pod(ctx, c); spec != nil {
+			f.PodRead, f.HostPaths = true, HostPathMountsOf(spec, ctr.GetName())
+		}
+	}
 	return f.Exempt != "" && f.Waived == nil
 }
 
@@ -324,7 +331,7 @@ func (p *Plugin) read(ctx context.Context, pod *api.PodSandbox) (verifier.Alloca
 func containerOf(ctr *api.Container) Container {
 	c := Container{Env: ctr.GetEnv(), Annotations: ctr.GetAnnotations()}
 	for _, m := range ctr.GetMounts() {
-		c.Mounts = append(c.Mounts, Mount{Destination: m.GetDestination(), Source: m.GetSource()})
+		c.Mounts = append(c.Mounts, Mount{Destination: m.GetDestination(), Source: m.GetSource(), ReadOnly: readOnly(m.GetOptions())})
 	}
 	for _, d := range ctr.GetLinux().GetDevices() {
 		c.Devices = append(c.Devices, Device{Path: d.GetPath(), Type: d.GetType(), Major: d.GetMajor(), Minor: d.GetMinor()})
@@ -337,6 +344,21 @@ func containerOf(ctr *api.Container) Container {
 			Major: rule.GetMajor().Get(), Minor: rule.GetMinor().Get(), Access: rule.GetAccess()})
 	}
 	return c
+}
+
+// readOnly reports whether a mount's options make it read-only, as the
+// runtime reads them: the last of ro, rro and rw wins.
+func readOnly(options []string) bool {
+	ro := false
+	for _, o := range options {
+		switch o {
+		case "ro", "rro":
+			ro = true
+		case "rw":
+			ro = false
+		}
+	}
+	return ro
 }
 
 // adjustment is d in NRI's terms.

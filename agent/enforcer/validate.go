@@ -139,7 +139,7 @@ func viewOf(spec *rspec.Spec) Container {
 		}
 	}
 	for _, m := range spec.Mounts {
-		c.Mounts = append(c.Mounts, Mount{Destination: m.Destination, Source: m.Source})
+		c.Mounts = append(c.Mounts, Mount{Destination: m.Destination, Source: m.Source, ReadOnly: readOnly(m.Options)})
 	}
 	if spec.Linux == nil {
 		return c
@@ -189,6 +189,7 @@ func (p *Plugin) validate(ctx context.Context, req *api.ValidateContainerAdjustm
 		return "rejected", errors.New(reason)
 	}
 	final.Name, final.PodAnnotations = ctr.GetName(), pod.GetAnnotations()
+	final.PodUID, final.SandboxID = pod.GetUid(), pod.GetId()
 	if !rules.NeedsAllocation(final) {
 		return "accepted", nil
 	}
@@ -203,8 +204,10 @@ func (p *Plugin) validate(ctx context.Context, req *api.ValidateContainerAdjustm
 		}
 	}
 	d := rules.Decide(final, facts)
-	if d.Changed() && !judged.relaxed {
-		if p.relax(ctx, pod, ctr, &facts) {
+	// A mount a later plugin added may need the pod's hostPath volumes
+	// that the creation did not read.
+	if d.Changed() && (!judged.relaxed || d.NeedsPod() && !facts.PodRead) {
+		if p.relax(ctx, pod, ctr, &facts, d.NeedsPod()) {
 			return "accepted", nil
 		}
 		d = rules.Decide(final, facts)

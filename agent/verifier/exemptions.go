@@ -129,6 +129,15 @@ func (e *Exemptions) OfGPUs(ctx context.Context, c Container, allocated bool) st
 	return name
 }
 
+// Pod is c's pod as the API server has it, read once per pod; nil where it
+// cannot be read.
+func (e *Exemptions) Pod(ctx context.Context, c Container) *corev1.Pod {
+	if e.Client == nil {
+		return nil
+	}
+	return e.podOf(ctx, c).pod
+}
+
 // podOf reads c's pod from the API server, once per pod; the zero value
 // when it cannot be read (then it is asked again next pass).
 func (e *Exemptions) podOf(ctx context.Context, c Container) podFacts {

@@ -72,6 +72,7 @@ func TestNode(t *testing.T) {
 		t.Run("protected variables in a pod without GPUs end with values that grant nothing", testEnforcedProtectedEnv)
 		t.Run("the enforcer judges devices by number: a GPU's node under another path is refused", testEnforcedDeviceByNumber)
 		t.Run("the enforcer judges devices by number: a cgroup rule for every GPU minor is refused", testEnforcedWildcardRule)
+		t.Run("a hostPath leading through a link planted by another pod into /dev is refused; a plain host directory and a GPU pod start", testEnforcedPlantedLink)
 		t.Run("a burst of creations beyond the kubelet's PodResources rate is judged, none refused", testEnforcedBurst)
 		t.Run("with the enforcer down a container is created as its pod says, and judged at its next start", testEnforcerDownFailsOpen)
 		apply(t, enforcedRequired)
