@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -147,13 +148,14 @@ func (v *chartValues) readFile(name string) ([]byte, error) {
 // alone, to name the file whose field the schema rejects.
 func (v *chartValues) renderValues(c *chart.Chart, vals map[string]any, sources []valuesSource) (chartutil.Values, error) {
 	opts := chartutil.ReleaseOptions{Name: chartRelease, Namespace: chartNamespace, Revision: 1, IsInstall: true}
-	top, err := chartutil.ToRenderValues(c, vals, opts, nil)
+	caps := renderCapabilities()
+	top, err := chartutil.ToRenderValues(c, vals, opts, caps)
 	if err == nil {
 		return top, nil
 	}
 	var named []string
 	for _, s := range sources {
-		if _, alone := chartutil.ToRenderValues(c, s.values, opts, nil); alone != nil {
+		if _, alone := chartutil.ToRenderValues(c, s.values, opts, caps); alone != nil {
 			named = append(named, fmt.Sprintf("%s: %v", s.name, schemaProblems(alone)))
 		}
 	}
@@ -161,6 +163,24 @@ func (v *chartValues) renderValues(c *chart.Chart, vals map[string]any, sources 
 		return nil, fmt.Errorf("the values together: %v", schemaProblems(err))
 	}
 	return nil, errors.New(strings.Join(named, "\n"))
+}
+
+// admissionPolicyAPIs are the APIs the chart asks the cluster for before
+// it puts KAI's fractions in the policy: they hold the ConfigMap guard.
+var admissionPolicyAPIs = []string{
+	"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+	"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
+}
+
+// renderCapabilities are those of a cluster that serves both admission
+// policy APIs (Kubernetes 1.36 and later), as helm install sees it there:
+// helm template's defaults list group versions only, and would refuse
+// KAI's preset on any cluster. On an older one, helm install refuses
+// what needs them, and says so; the policy document is the same.
+func renderCapabilities() *chartutil.Capabilities {
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.APIVersions = append(slices.Clone(caps.APIVersions), admissionPolicyAPIs...)
+	return caps
 }
 
 // schemaProblem is one line of Helm's schema error: the field, as a JSON

@@ -75,9 +75,8 @@ func chartPolicy(t *testing.T, files, set []string) string {
 		t.Fatal(err)
 	}
 	// The admission policy APIs of the Kubernetes version rendered for,
-	// which the rest of the chart needs.
-	rel, err := chartrender.Render(c, chartRelease, chartNamespace, vals,
-		"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy")
+	// which the rest of the chart needs too.
+	rel, err := chartrender.Render(c, chartRelease, chartNamespace, vals, admissionPolicyAPIs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +109,11 @@ func TestPolicyValuesIsTheChartsPolicy(t *testing.T) {
 			[]string{"mode: warn", "- ml-sandbox", "namespace: gpu-operator", "name: nvidia-driver", "name: dcgm", "nvidia.com/gpumem"}},
 		{"files and --set merged", []string{team, prod}, []string{"policy.mode=enforce"},
 			[]string{"mode: enforce", "- ml-sandbox", "namespace: gpu-operator"}},
+		// Rendered as for a cluster that serves the admission policy
+		// APIs, as the reference is: the chart refuses KAI's preset
+		// elsewhere.
+		{"KAI preset", nil, []string{"policy.presets.kaiScheduler.enabled=true", "backstop.enabled=true"},
+			[]string{"kaiScheduler:", "fractions: true", "system:serviceaccount:kai-scheduler:binder"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			args := []string{"policy"}
