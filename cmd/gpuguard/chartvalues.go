@@ -81,15 +81,11 @@ func (v *chartValues) render() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	sources, err := v.read()
+	vals, err := v.merged()
 	if err != nil {
 		return nil, err
 	}
-	vals := map[string]any{}
-	for _, s := range sources {
-		vals = mergeValues(vals, s.values)
-	}
-	top, err := v.renderValues(c, vals, sources)
+	top, err := v.renderValues(c, vals)
 	if err != nil {
 		return nil, err
 	}
@@ -99,6 +95,31 @@ func (v *chartValues) render() ([]byte, error) {
 	}
 	return policyFromConfigMap(out[path.Join(c.Name(), policyTemplate)])
 }
+
+// merged are the values as helm install merges them: each file over the
+// one before, then each --set over the result (so that a list index sets
+// one element of a list a file set).
+func (v *chartValues) merged() (map[string]any, error) {
+	sources, err := v.read()
+	if err != nil {
+		return nil, err
+	}
+	vals := map[string]any{}
+	for _, s := range sources {
+		if s.name != setSource {
+			vals = mergeValues(vals, s.values)
+		}
+	}
+	for _, s := range v.set {
+		if err := strvals.ParseInto(s, vals); err != nil {
+			return nil, fmt.Errorf("--set %q: %v", s, err)
+		}
+	}
+	return vals, nil
+}
+
+// setSource names the --set values.
+const setSource = "--set"
 
 // valuesSource is one values file, or the --set values together.
 type valuesSource struct {
@@ -128,7 +149,7 @@ func (v *chartValues) read() ([]valuesSource, error) {
 				return nil, fmt.Errorf("--set %q: %v", s, err)
 			}
 		}
-		sources = append(sources, valuesSource{name: "--set", values: m})
+		sources = append(sources, valuesSource{name: setSource, values: m})
 	}
 	return sources, nil
 }
@@ -144,14 +165,19 @@ func (v *chartValues) readFile(name string) ([]byte, error) {
 }
 
 // renderValues are the values the templates see, checked against the
-// chart's schema. When the merged values fail it, each source is checked
-// alone, to name the file whose field the schema rejects.
-func (v *chartValues) renderValues(c *chart.Chart, vals map[string]any, sources []valuesSource) (chartutil.Values, error) {
+// chart's schema. When the merged values fail it, each source is read
+// again (merging shares its lists) and checked alone, to name the file
+// whose field the schema rejects.
+func (v *chartValues) renderValues(c *chart.Chart, vals map[string]any) (chartutil.Values, error) {
 	opts := chartutil.ReleaseOptions{Name: chartRelease, Namespace: chartNamespace, Revision: 1, IsInstall: true}
 	caps := renderCapabilities()
 	top, err := chartutil.ToRenderValues(c, vals, opts, caps)
 	if err == nil {
 		return top, nil
+	}
+	sources, rerr := v.read()
+	if rerr != nil {
+		return nil, rerr
 	}
 	var named []string
 	for _, s := range sources {
@@ -212,7 +238,7 @@ func schemaProblems(err error) string {
 }
 
 // mergeValues merges b over a as helm install merges its -f files: maps
-// key by key, anything else replaced.
+// key by key, anything else replaced. Maps are copied, not shared with b.
 func mergeValues(a, b map[string]any) map[string]any {
 	out := make(map[string]any, len(a))
 	for k, v := range a {
@@ -220,10 +246,9 @@ func mergeValues(a, b map[string]any) map[string]any {
 	}
 	for k, v := range b {
 		if bm, ok := v.(map[string]any); ok {
-			if am, ok := out[k].(map[string]any); ok {
-				out[k] = mergeValues(am, bm)
-				continue
-			}
+			am, _ := out[k].(map[string]any)
+			out[k] = mergeValues(am, bm)
+			continue
 		}
 		out[k] = v
 	}

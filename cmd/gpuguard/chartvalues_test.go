@@ -107,8 +107,9 @@ func TestPolicyValuesIsTheChartsPolicy(t *testing.T) {
 	}{
 		{"one file", []string{team}, nil,
 			[]string{"mode: warn", "- ml-sandbox", "namespace: gpu-operator", "name: nvidia-driver", "name: dcgm", "nvidia.com/gpumem"}},
-		{"files and --set merged", []string{team, prod}, []string{"policy.mode=enforce"},
-			[]string{"mode: enforce", "- ml-sandbox", "namespace: gpu-operator"}},
+		// A list index in --set sets one element of the file's list.
+		{"files and --set merged", []string{team, prod}, []string{"policy.mode=enforce", "policy.spec.exemptions.namespaces[1]=ml-scratch"},
+			[]string{"mode: enforce", "- ml-sandbox", "- ml-scratch", "namespace: gpu-operator"}},
 		// Rendered as for a cluster that serves the admission policy
 		// APIs, as the reference is: the chart refuses KAI's preset
 		// elsewhere.
