@@ -261,6 +261,24 @@ func TestCheckPolicyFlag(t *testing.T) {
 	}
 }
 
+// TestPolicyValuesPreviewIsWhatCheckJudges: the binary carries the chart:
+// the policy that policy --values prints is the one check --values judges
+// with, and the values file may come on standard input.
+func TestPolicyValuesPreviewIsWhatCheckJudges(t *testing.T) {
+	values := "policy:\n  presets:\n    gpuOperator:\n      enabled: true\n  spec:\n    exemptions:\n      namespaces: [team-a]\n"
+	preview := gpuguard(t, values, "policy", "--values", "-")
+	if preview.code != 0 || !strings.Contains(preview.stdout, "- team-a") || !strings.Contains(preview.stdout, "namespace: gpu-operator") {
+		t.Fatalf("policy --values -: exit %d\n%s%s", preview.code, preview.stdout, preview.stderr)
+	}
+	pods := writeFile(t, "pods.yaml", leakPod)
+	byPreview := gpuguard(t, "", "check", "-o", "json", "--policy", writeFile(t, "policy.yaml", preview.stdout), pods)
+	byValues := gpuguard(t, "", "check", "-o", "json", "--values", writeFile(t, "values.yaml", values), pods)
+	if byValues.code != 0 || byValues.stdout != byPreview.stdout || byValues.code != byPreview.code {
+		t.Errorf("check --values (exit %d) and check --policy with its preview (exit %d) differ, or deny team-a's pod:\n%s\n%s%s",
+			byValues.code, byPreview.code, byValues.stdout, byPreview.stdout, byValues.stderr)
+	}
+}
+
 func TestCheckInputsServeInspection(t *testing.T) {
 	in := `apiVersion: v1
 kind: Namespace

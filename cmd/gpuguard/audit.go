@@ -27,14 +27,19 @@ type auditOptions struct {
 	// policyFile, when set, is a candidate policy judged with instead of
 	// the live one: a preview of its denials before it is applied.
 	policyFile string
-	excluded   []string
-	stderr     io.Writer
+	// values, when given, render the candidate from the Helm chart: the
+	// policy an install or upgrade with them would put in force.
+	values chartValues
+	// mode, when set, overrides the policy's mode, as check --mode does.
+	mode     string
+	excluded []string
+	stderr   io.Writer
 }
 
 func newAuditCommand() *cobra.Command {
 	o := &auditOptions{}
 	cmd := &cobra.Command{
-		Use:   "audit [-A | -n NAMESPACE] [-o text|json|sarif] [-q] [--kubeconfig FILE]",
+		Use:   "audit [-A | -n NAMESPACE] [--policy FILE | --values FILE...] [--mode enforce|warn|audit] [-o text|json|sarif] [-q] [--kubeconfig FILE]",
 		Short: "Judge what already runs in a cluster with the live policy",
 		Long: `audit judges every existing pod and pod controller of a cluster with the policy
 in force (the policy ConfigMap the webhook reads), with check's output: what
@@ -47,14 +52,23 @@ to come. Pods that have finished, and ReplicaSets and Jobs that a Deployment or
 CronJob owns (their owner is judged), are left out; so are kube-system,
 kube-node-lease and the policy's own namespace, which the chart leaves unguarded.
 
+--policy judges with a candidate policy file instead, and --values (and --set)
+with the policy the Helm chart installs with those values (gpuguard policy
+--values prints it): what an install or upgrade would deny, before it is made.
+--mode judges as if the policy were in that mode (enforce shows what warn and
+audit let through).
+
 Exit status: 0 when nothing is denied, 1 when anything is, 2 for usage, access or
 policy errors.`,
 		Example: `  gpuguard audit -A
   gpuguard audit -n ml-team -o json
   gpuguard audit -A --policy-configmap gpuguard-system/gpuguard-policy
-  gpuguard audit -A --policy candidate.yaml   # preview a policy before applying it`,
+  gpuguard audit -A --policy candidate.yaml   # preview a policy before applying it
+  gpuguard audit -A --values values.yaml      # the policy helm install -f values.yaml installs
+  gpuguard audit -A --mode enforce            # what enforce would deny of what runs`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.values.stdin = cmd.InOrStdin()
 			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -65,6 +79,8 @@ policy errors.`,
 	o.out.addFlags(fl)
 	fl.StringVar(&o.policyConfigMap, "policy-configmap", "gpuguard/gpuguard-policy", "NAMESPACE/NAME of the policy ConfigMap (key policy.yaml)")
 	fl.StringVar(&o.policyFile, "policy", "", "judge with this candidate policy file instead of the live one, to preview what it would deny before applying it (the ConfigMap's namespace is still left out)")
+	o.values.addFlags(fl)
+	fl.StringVar(&o.mode, "mode", "", "judge as if the policy's mode were this: enforce, warn or audit")
 	fl.StringSliceVar(&o.excluded, "exclude-namespace", audit.DefaultExcluded, "namespaces left out, besides the policy's own")
 	return cmd
 }
@@ -93,9 +109,16 @@ func (o *auditOptions) run(ctx context.Context, stdout, stderr io.Writer) error 
 
 // audit judges the objects of the chosen namespaces and writes the results.
 func (o *auditOptions) audit(ctx context.Context, c kubernetes.Interface, stdout io.Writer) error {
-	engine, policyNS, err := o.livePolicy(ctx, c)
+	p, policyNS, err := o.policyToJudgeWith(ctx, c)
 	if err != nil {
 		return err
+	}
+	if err := overrideMode(p, o.mode); err != nil {
+		return err
+	}
+	engine, err := policy.New(p)
+	if err != nil {
+		return &exitError{exitUsage, err.Error()}
 	}
 	out, err := audit.Run(ctx, c, engine, audit.Options{Namespace: o.namespace, Excluded: append(slices.Clone(o.excluded), policyNS)})
 	if err != nil {
@@ -108,23 +131,26 @@ func (o *auditOptions) audit(ctx context.Context, c kubernetes.Interface, stdout
 	return o.out.write(stdout, o.stderr, results, out.Skipped)
 }
 
-// livePolicy reads the policy ConfigMap and builds the engine; it returns
-// the ConfigMap's namespace, which the chart leaves unguarded.
-func (o *auditOptions) livePolicy(ctx context.Context, c kubernetes.Interface) (*policy.Engine, string, error) {
+// policyToJudgeWith is the candidate policy (--policy, --values), else the
+// live one in the policy ConfigMap; it returns the ConfigMap's namespace,
+// which the chart leaves unguarded.
+func (o *auditOptions) policyToJudgeWith(ctx context.Context, c kubernetes.Interface) (*config.Policy, string, error) {
 	ns, name, ok := strings.Cut(o.policyConfigMap, "/")
 	if !ok || ns == "" || name == "" {
 		return nil, "", &exitError{exitUsage, fmt.Sprintf("--policy-configmap %q: want NAMESPACE/NAME", o.policyConfigMap)}
 	}
-	if o.policyFile != "" {
+	switch {
+	case o.policyFile != "" && o.values.given():
+		return nil, "", &exitError{exitUsage, "--policy and --values both name the candidate policy: use one"}
+	case o.values.given():
+		p, _, err := o.values.policy()
+		return p, ns, err
+	case o.policyFile != "":
 		p, err := config.ReadFile(o.policyFile)
 		if err != nil {
 			return nil, "", &exitError{exitUsage, "--policy: " + err.Error()}
 		}
-		e, err := policy.New(p)
-		if err != nil {
-			return nil, "", &exitError{exitUsage, "--policy: " + err.Error()}
-		}
-		return e, ns, nil
+		return p, ns, nil
 	}
 	cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -141,9 +167,5 @@ func (o *auditOptions) livePolicy(ctx context.Context, c kubernetes.Interface) (
 	if err != nil {
 		return nil, "", &exitError{exitUsage, "invalid policy:\n" + err.Error()}
 	}
-	e, err := policy.New(p)
-	if err != nil {
-		return nil, "", &exitError{exitUsage, err.Error()}
-	}
-	return e, ns, nil
+	return p, ns, nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -24,7 +25,9 @@ import (
 type checkOptions struct {
 	stderr     io.Writer
 	policyFile string
-	mode       string
+	// values render the policy the chart installs, instead of policyFile.
+	values chartValues
+	mode   string
 	// namespace is where objects without one are judged, as kubectl apply -n
 	// would create them.
 	namespace string
@@ -41,7 +44,7 @@ type checkOptions struct {
 func newCheckCommand() *cobra.Command {
 	o := &checkOptions{}
 	cmd := &cobra.Command{
-		Use:   "check [--policy FILE] [--mode enforce|warn|audit] [-n NAMESPACE] [-o text|json|sarif] [-q] [--fail-on deny|warn|skip] [--kinds FILE] [--ignore PATTERN]... PATH...",
+		Use:   "check [--policy FILE | --values FILE...] [--mode enforce|warn|audit] [-n NAMESPACE] [-o text|json|sarif] [-q] [--fail-on deny|warn|skip] [--kinds FILE] [--ignore PATTERN]... PATH...",
 		Short: "Report what the API server would do with pods and pod controllers, offline",
 		Long: `check reports, for every pod, pod controller and Binding in the given files,
 what gpuguard would do at admission: the mutating phase, then the validating phase
@@ -66,8 +69,11 @@ A document that does not parse fails the run, but every other document is
 still reported. Empty input (an upstream command that failed) is an error.
 For what already runs in a cluster, use gpuguard audit.
 
-With --policy and no PATH, check only validates the policy (a document, or a
-ConfigMap manifest holding it), as the webhook would load it.
+--values (and --set) judge with the policy the Helm chart installs with those
+values, presets and exemptions included (gpuguard policy --values prints it).
+
+With --policy or --values and no PATH, check only validates the policy (a
+document, or a ConfigMap manifest holding it), as the webhook would load it.
 
 Exit status: 0 when every object is allowed (a patch or a warning still counts as
 allowed, unless --fail-on warn), 1 when any is denied (or, with --fail-on skip,
@@ -76,20 +82,23 @@ documents, and empty input.`,
 		Example: `  gpuguard check examples/
   kubectl kustomize overlays/prod | gpuguard check -o json -
   gpuguard check -q --policy gpuguard-policy.yaml --mode warn manifests/
+  gpuguard check --values values.yaml manifests/   # the policy the chart installs
   gpuguard check -o sarif manifests/ > gpuguard.sarif
   gpuguard check --fail-on deny,skip --kinds gpu-kinds.yaml --ignore 'third_party' workflows/
   gpuguard check --policy gpuguard-policy-configmap.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				if o.policyFile == "" {
-					return &exitError{exitUsage, "name the manifests to check (PATH, or - for standard input), or a --policy to validate"}
+				if o.policyFile == "" && !o.values.given() {
+					return &exitError{exitUsage, "name the manifests to check (PATH, or - for standard input), or a --policy or --values to validate"}
 				}
 				return o.validatePolicy(cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
+			o.values.stdin = cmd.InOrStdin()
 			return o.run(cmd.Context(), args, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringVar(&o.policyFile, "policy", "", "policy document, or a ConfigMap manifest holding it under policy.yaml (default: the built-in policy)")
+	o.values.addFlags(cmd.Flags())
 	cmd.Flags().StringVar(&o.mode, "mode", "", "override the policy's mode: enforce, warn or audit")
 	cmd.Flags().StringVarP(&o.namespace, "namespace", "n", "default", "the namespace of objects that name none, as kubectl apply -n would create them (a namespace exemption then applies)")
 	cmd.Flags().StringVar(&o.kindsFile, "kinds", "", "YAML file of custom resource kinds and the paths of their pod templates, pod specs or containers (see docs/cli.md), beside the built-in ones")
@@ -172,6 +181,9 @@ func (o *checkOptions) run(ctx context.Context, paths []string, stdin io.Reader,
 		return err
 	}
 	o.stderr = stderr
+	if slices.Contains(paths, "-") && slices.Contains(o.values.files, "-") {
+		return &exitError{exitUsage, "standard input (-) can serve the manifests or a --values file, not both"}
+	}
 	engine, err := o.engine()
 	if err != nil {
 		return err
@@ -234,22 +246,33 @@ func (o *checkOptions) run(ctx context.Context, paths []string, stdin io.Reader,
 	return err
 }
 
-// validatePolicy loads --policy as the webhook would and says whether it
-// would be put in force.
+// validatePolicy loads --policy, or the chart's policy for --values, as the
+// webhook would and says whether it would be put in force.
 func (o *checkOptions) validatePolicy(stdout, stderr io.Writer) error {
 	o.stderr = stderr
 	e, err := o.engine()
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "policy %s is valid (mode %s)\n", o.policyFile, e.Policy().Spec.Mode)
+	name := "policy " + o.policyFile
+	if o.values.given() {
+		name = o.values.source()
+	}
+	fmt.Fprintf(stdout, "%s is valid (mode %s)\n", name, e.Policy().Spec.Mode)
 	return nil
 }
 
 func (o *checkOptions) engine() (*policy.Engine, error) {
 	p := config.Default()
-	if o.policyFile != "" {
-		var err error
+	var err error
+	switch {
+	case o.policyFile != "" && o.values.given():
+		return nil, &exitError{exitUsage, "--policy and --values both name the policy: use one"}
+	case o.values.given():
+		if p, _, err = o.values.policy(); err != nil {
+			return nil, err
+		}
+	case o.policyFile != "":
 		if p, err = loadPolicyFile(o.policyFile); err != nil {
 			return nil, err
 		}
@@ -257,17 +280,27 @@ func (o *checkOptions) engine() (*policy.Engine, error) {
 	for _, advice := range config.Advice(p) {
 		fmt.Fprintln(o.stderr, "gpuguard: policy:", advice)
 	}
-	if o.mode != "" {
-		if config.Mode(o.mode).Strictness() == 0 {
-			return nil, &exitError{exitUsage, fmt.Sprintf("--mode %q: use enforce, warn or audit", o.mode)}
-		}
-		p.Spec.Mode = config.Mode(o.mode)
+	if err := overrideMode(p, o.mode); err != nil {
+		return nil, err
 	}
 	e, err := policy.New(p)
 	if err != nil {
 		return nil, &exitError{exitUsage, err.Error()}
 	}
 	return e, nil
+}
+
+// overrideMode sets the policy's mode to --mode, when given: check and
+// audit then judge as a policy in that mode would.
+func overrideMode(p *config.Policy, mode string) error {
+	if mode == "" {
+		return nil
+	}
+	if config.Mode(mode).Strictness() == 0 {
+		return &exitError{exitUsage, fmt.Sprintf("--mode %q: use enforce, warn or audit", mode)}
+	}
+	p.Spec.Mode = config.Mode(mode)
+	return nil
 }
 
 // checkInputs holds what the input offers besides the objects under check: ConfigMaps

@@ -5,8 +5,11 @@ package cluster
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -69,7 +72,12 @@ var walkthrough = []step{
 		after: pushedImages},
 	// In warn mode; its helm test expects a warning.
 	{block: "install", want: []outcome{succeeds, succeeds, succeeds, succeeds, outputMatches(`Phase:\s+Succeeded`)},
-		after: func(t *testing.T) { webhookServedFromPods(t); imagesPulledByDigest(t); servingPodsWriteNothing(t) }},
+		after: func(t *testing.T) {
+			webhookServedFromPods(t)
+			imagesPulledByDigest(t)
+			servingPodsWriteNothing(t)
+			pullSecretHoldsOneRegistry(t)
+		}},
 	// The would-be denial, admitted with its warning; void in every mode.
 	{block: "see-it-work", want: []outcome{succeeds, warnedBy("device-env"),
 		outputMatches(`"name":"NVIDIA_VISIBLE_DEVICES","value":"void"`)}},
@@ -469,9 +477,12 @@ func newShell(t *testing.T) *shell {
 	}
 	home := t.TempDir()
 	// The newcomer has logged in to the registry (docker login): helm and
-	// make push read the credentials there, and the README makes the
-	// image pull secret from them.
+	// make push read the credentials there. They have logged in to another
+	// registry too, whose credentials the image pull secret must not get.
 	if err := controlplane.WriteDockerConfig(filepath.Join(home, ".docker"), s.published.Registry, registryUser, s.registryPassword); err != nil {
+		t.Fatal(err)
+	}
+	if err := addLogin(filepath.Join(home, ".docker", "config.json"), otherRegistry); err != nil {
 		t.Fatal(err)
 	}
 	// The gpuguard CLI, as `make build` gives it.
@@ -487,8 +498,53 @@ func newShell(t *testing.T) *shell {
 		// Where `make push REGISTRY=...` published gpuguard, and the CA
 		// that this machine's Go programs (helm) trust for it.
 		"REGISTRY=" + s.published.Registry,
+		// The pull token the README's install block makes the pull
+		// secret from.
+		"REGISTRY_USER=" + registryUser,
+		"REGISTRY_PASSWORD=" + s.registryPassword,
 		"SSL_CERT_FILE=" + s.registryCA,
 	}}
+}
+
+// otherRegistry is a registry the newcomer has logged in to besides the
+// cluster's.
+const otherRegistry = "other-registry.example.com"
+
+// addLogin adds credentials for registry to a docker config file.
+func addLogin(path, registry string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var config map[string]map[string]any
+	if err := json.Unmarshal(data, &config); err != nil {
+		return err
+	}
+	config["auths"][registry] = map[string]string{"auth": base64.StdEncoding.EncodeToString([]byte("someone:elses-secret"))}
+	if data, err = json.Marshal(config); err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o600)
+}
+
+// pullSecretHoldsOneRegistry: the README's image pull secret holds the
+// credentials of the registry the images come from, and no other of the
+// newcomer's logins.
+func pullSecretHoldsOneRegistry(t *testing.T) {
+	secret, err := s.cp.Client.CoreV1().Secrets("gpuguard").Get(context.Background(), "gpuguard-pull", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config struct {
+		Auths map[string]json.RawMessage `json:"auths"`
+	}
+	if err := json.Unmarshal(secret.Data[corev1.DockerConfigJsonKey], &config); err != nil {
+		t.Fatalf("the pull secret's %s: %v", corev1.DockerConfigJsonKey, err)
+	}
+	registries := slices.Sorted(maps.Keys(config.Auths))
+	if !slices.Equal(registries, []string{s.published.Registry}) {
+		t.Errorf("the pull secret holds credentials for %v, want %s alone", registries, s.published.Registry)
+	}
 }
 
 // publish runs a command of the README's publish block at the repository's
