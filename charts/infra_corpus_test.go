@@ -61,6 +61,7 @@ func istioChart(dir string) upstreamchart.Source {
 // security and monitoring agents, as they install by default.
 func infraProjects() []infraProject {
 	hp, priv, caps, ns, link := policy.RuleSensitiveHostPath, policy.RulePrivileged, policy.RuleAddedCapabilities, policy.RuleNamespaceEntry, policy.RuleHostPathLink
+	hostNet := policy.RuleHostNetworkIPC
 	return []infraProject{
 		// Fluent Bit keeps its position database in /var/log, read-write
 		// as root: beside the container logs the runtime opens as root.
@@ -82,10 +83,11 @@ func infraProjects() []infraProject {
 			denied: map[string][]policy.RuleID{"DaemonSet/longhorn-manager": {ns, priv, hp}, "DaemonSet/longhorn-csi-plugin": {link, priv, hp}}, fix: fixExempt},
 		{name: "Cilium", ns: "kube-system", source: upstreamchart.Source{Module: "github.com/cilium/cilium",
 			Version: "v1.20.2", Sum: "h1:dqiEGIcXc+gqCLYG/l7VCFJ8GHyb4HUrwbZOpkX5dL8=", Dir: "install/kubernetes/cilium"},
-			denied: map[string][]policy.RuleID{"DaemonSet/cilium": {caps, link, ns, priv, hp}, "DaemonSet/cilium-envoy": {caps, hp}}, fix: fixNamespace},
+			denied: map[string][]policy.RuleID{"DaemonSet/cilium": {caps, hostNet, link, ns, priv, hp}, "DaemonSet/cilium-envoy": {caps, hostNet, hp},
+				"Deployment/cilium-operator": {hostNet}}, fix: fixNamespace},
 		{name: "Calico", ns: "calico-system", source: upstreamchart.Source{Module: "github.com/projectcalico/calico",
 			Version: "v1.11.0-cni-plugin.0.20250813170300-a0db560f0520", Sum: "h1:TXnPEzx4pLWgwzCetIO/VJuz4iBZZrOdNSv16a50YqE=", Dir: "charts/calico"},
-			denied: map[string][]policy.RuleID{"DaemonSet/calico-node": {link, ns, priv, hp}}, fix: fixNamespace},
+			denied: map[string][]policy.RuleID{"DaemonSet/calico-node": {hostNet, link, ns, priv, hp}}, fix: fixNamespace},
 		{name: "Istio CNI", source: istioChart("istio-cni"), ns: "istio-system",
 			denied: map[string][]policy.RuleID{"DaemonSet/istio-cni-node": {caps, ns, hp}}, fix: fixExempt},
 		{name: "Istio ztunnel", source: istioChart("ztunnel"), ns: "istio-system",

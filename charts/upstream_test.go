@@ -71,8 +71,9 @@ func upstreamStacks() []upstreamStack {
 			release: "kps", ns: "monitoring",
 			preset: "nodeExporter", presetValues: map[string]any{"releaseName": "kps"},
 			want: map[string][]policy.RuleID{
-				// hostPID, with the capabilities and escalation the chart keeps.
-				"DaemonSet/kps-prometheus-node-exporter": {policy.RuleNamespaceEntry, policy.RuleSensitiveHostPath},
+				// hostPID, with the capabilities and escalation the chart keeps;
+				// the node's network, where DCGM's host engine listens.
+				"DaemonSet/kps-prometheus-node-exporter": {policy.RuleHostNetworkIPC, policy.RuleNamespaceEntry, policy.RuleSensitiveHostPath},
 			},
 			gpuFree: true,
 		},
@@ -89,9 +90,10 @@ func upstreamStacks() []upstreamStack {
 				"allowPrivilegeEscalation": false, "capabilities": map[string]any{"drop": []any{"ALL"}, "add": []any{"SYS_TIME"}}}},
 			preset: "nodeExporter", presetValues: map[string]any{"releaseName": "kps"},
 			// SYS_TIME is outside allowedCapabilities: the preset waives
-			// added-capabilities for it.
+			// added-capabilities for it, and host-network-ipc for the
+			// node's network the chart keeps (hostNetwork: true).
 			want: map[string][]policy.RuleID{
-				"DaemonSet/kps-prometheus-node-exporter": {policy.RuleAddedCapabilities},
+				"DaemonSet/kps-prometheus-node-exporter": {policy.RuleAddedCapabilities, policy.RuleHostNetworkIPC},
 			},
 			gpuFree: true,
 		},

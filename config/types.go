@@ -88,6 +88,13 @@ type PolicySpec struct {
 	// read-only, by a non-root container without privilege, unless it lies
 	// at or below one of WritableHostPaths.
 	RuntimeStateHostPaths []string `json:"runtimeStateHostPaths"`
+	// ReadOnlyRuntimeStatePaths are directories inside the runtime-state
+	// trees that hold no socket, device node or credential (udev's device
+	// database): a hostPath volume at or below one is no runtime state, and
+	// is judged as the write-protected directory it lies in, admitted
+	// readOnly to any container. An allow-list, so that a new socket
+	// directory under /run stays runtime state.
+	ReadOnlyRuntimeStatePaths []string `json:"readOnlyRuntimeStatePaths"`
 	// NVIDIARuntimeClasses are the RuntimeClass names that run a pod through the
 	// NVIDIA Container Runtime.
 	NVIDIARuntimeClasses []string `json:"nvidiaRuntimeClasses"`
@@ -195,6 +202,11 @@ type Advisories struct {
 	// for (the device cgroup included), so such a container without a GPU
 	// limit gets void whatever InjectVoid says.
 	Capabilities Severity `json:"capabilities"`
+	// HostNetworkIPC fires on a pod without a GPU container that shares the
+	// node's network or IPC namespace: the node's GPU services (DCGM's host
+	// engine on its loopback, MPS's shared memory) answer there without
+	// device nodes.
+	HostNetworkIPC Severity `json:"hostNetworkIPC"`
 }
 
 // Exemptions lists requests gpuguard allows untouched.

@@ -33,6 +33,7 @@ func Validate(p *Policy) field.ErrorList {
 	errs = append(errs, absolutePaths(spec.Child("sensitiveHostPaths"), s.SensitiveHostPaths)...)
 	errs = append(errs, absolutePaths(spec.Child("writeProtectedHostPaths"), s.WriteProtectedHostPaths)...)
 	errs = append(errs, absolutePaths(spec.Child("runtimeStateHostPaths"), s.RuntimeStateHostPaths)...)
+	errs = append(errs, absolutePaths(spec.Child("readOnlyRuntimeStatePaths"), s.ReadOnlyRuntimeStatePaths)...)
 	errs = append(errs, validateWritableHostPaths(spec.Child("writableHostPaths"), s)...)
 	errs = append(errs, enum(spec.Child("sensitiveHostPathParents"), string(s.SensitiveHostPathParents),
 		[]string{string(ParentsReadOnlyUnprivileged), string(ParentsDeny)})...)
@@ -44,6 +45,7 @@ func Validate(p *Policy) field.ErrorList {
 	errs = append(errs, enum(spec.Child("advisories", "nvidiaRuntimeClass"), string(s.Advisories.NVIDIARuntimeClass), severities)...)
 	errs = append(errs, enum(spec.Child("advisories", "privileged"), string(s.Advisories.Privileged), severities)...)
 	errs = append(errs, enum(spec.Child("advisories", "capabilities"), string(s.Advisories.Capabilities), severities)...)
+	errs = append(errs, enum(spec.Child("advisories", "hostNetworkIPC"), string(s.Advisories.HostNetworkIPC), severities)...)
 	errs = append(errs, validateExemptions(spec.Child("exemptions"), &s.Exemptions)...)
 	errs = append(errs, validateKAIScheduler(spec.Child("integrations", "kaiScheduler"), &s.Integrations.KAIScheduler)...)
 	return errs

@@ -101,15 +101,16 @@ func (in *Input) denyHostPath(hp hostPathVolume, format string, args ...any) []F
 
 // guardedRelation finds what a host path at clean path p reaches: the first
 // sensitive path it is at or below (below true); else the first sensitive
-// path it is a strict parent of; else, unless a writable path holds p, the
-// first runtime-state tree it is at, below or above. "" where none. All but
-// the first need the read-only-parent conditions: a runtime's socket, the
-// kubelet's credentials and other pods' volumes lie somewhere below.
+// path it is a strict parent of; else, unless a writable path or a
+// read-only runtime-state path holds p, the first runtime-state tree it is
+// at, below or above. "" where none. All but the first need the
+// read-only-parent conditions: a runtime's socket, the kubelet's
+// credentials and other pods' volumes lie somewhere below.
 func (e *Engine) guardedRelation(p string) (what string, below bool) {
 	if s, below := e.sensitiveRelation(p); s != "" {
 		return s, below
 	}
-	if e.isWritable(p) {
+	if e.isWritable(p) || atOrBelowAny(e.readOnlyState, p) {
 		return "", false
 	}
 	if r := firstRelated(e.runtimeState, p); r != "" {
@@ -120,8 +121,12 @@ func (e *Engine) guardedRelation(p string) (what string, below bool) {
 
 // isWritable reports whether clean path p is at or below one of the
 // policy's writableHostPaths, under any of its names.
-func (e *Engine) isWritable(p string) bool {
-	return slices.ContainsFunc(e.writable, func(aliases []string) bool {
+func (e *Engine) isWritable(p string) bool { return atOrBelowAny(e.writable, p) }
+
+// atOrBelowAny reports whether clean path p is at or below one of aliased
+// (each policy path under its names).
+func atOrBelowAny(aliased [][]string, p string) bool {
+	return slices.ContainsFunc(aliased, func(aliases []string) bool {
 		return slices.ContainsFunc(aliases, func(w string) bool { return p == w || strings.HasPrefix(p, w+"/") })
 	})
 }
@@ -276,17 +281,21 @@ func relatedCEL(paths []string) string {
 
 // writableCEL: host path volume v's clean path is at or below one of the
 // policy's writableHostPaths, scoped or not, under any of their names.
-func writableCEL(in *CELInput) string {
-	if len(in.Policy.Spec.WritableHostPaths) == 0 {
+func writableCEL(in *CELInput) string { return atOrBelowCEL(in.Policy.Spec.WritablePaths()) }
+
+// atOrBelowCEL: host path volume v's clean path is at or below one of
+// paths, under any of their names; false for none.
+func atOrBelowCEL(paths []string) string {
+	if len(paths) == 0 {
 		return "false"
 	}
 	return fmt.Sprintf(`%s.exists(w, %[2]s == w || %[2]s.startsWith(w + "/"))`,
-		aliasedPathsCEL(in.Policy.Spec.WritablePaths()), celexpr.CleanPath("v.hostPath.path"))
+		aliasedPathsCEL(paths), celexpr.CleanPath("v.hostPath.path"))
 }
 
 // sensitiveRelationCEL are predicates over a host path volume v: its path is
 // at or below a sensitive path or through a per-process link of /proc
-// (below), or a parent of a sensitive path or, outside the writable paths,
+// (below), or a parent of a sensitive path or, outside the writable and read-only runtime-state paths,
 // related to a runtime-state tree (parent): guardedRelation, with every
 // path under each of its names.
 func sensitiveRelationCEL(in *CELInput) (below, parent string) {
@@ -295,7 +304,8 @@ func sensitiveRelationCEL(in *CELInput) (below, parent string) {
 	below = fmt.Sprintf(`(%[2]s.matches(%[3]s) || %[1]s.exists(s, %[2]s == s || %[2]s.startsWith(s + "/")))`, list, p, celexpr.Str(procHostLinkPattern))
 	parent = fmt.Sprintf(`%s.exists(s, %[2]s == "/" || s.startsWith(%[2]s + "/"))`, list, p)
 	if len(in.Policy.Spec.RuntimeStateHostPaths) > 0 {
-		parent = fmt.Sprintf(`(%s || (%s && !%s))`, parent, relatedCEL(in.Policy.Spec.RuntimeStateHostPaths), writableCEL(in))
+		parent = fmt.Sprintf(`(%s || (%s && !%s && !%s))`, parent, relatedCEL(in.Policy.Spec.RuntimeStateHostPaths), writableCEL(in),
+			atOrBelowCEL(in.Policy.Spec.ReadOnlyRuntimeStatePaths))
 	}
 	return below, parent
 }

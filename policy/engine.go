@@ -182,6 +182,7 @@ type Engine struct {
 	writeProtected     [][]string // the same for writeProtectedHostPaths
 	writable           [][]string // the same for writableHostPaths, scoped or not
 	runtimeState       [][]string // the same for runtimeStateHostPaths
+	readOnlyState      [][]string // the same for readOnlyRuntimeStatePaths
 	named              []string   // writableHostPaths and writeProtectedHostPaths under every name, sorted
 	// addable are the capabilities added-capabilities lets a container
 	// add, in the runtime's form (upper case, without CAP_).
@@ -222,6 +223,7 @@ func New(p *config.Policy) (*Engine, error) {
 	e.writeProtected = aliasesOf(s.WriteProtectedHostPaths)
 	e.writable = aliasesOf(s.WritablePaths())
 	e.runtimeState = aliasesOf(s.RuntimeStateHostPaths)
+	e.readOnlyState = aliasesOf(s.ReadOnlyRuntimeStatePaths)
 	e.named = namedPaths(s.WritablePaths(), s.WriteProtectedHostPaths)
 	e.addable = setOf(addableCapabilities(s))
 	return e, nil
