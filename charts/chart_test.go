@@ -495,10 +495,10 @@ func TestWebhookConfigurations(t *testing.T) {
 			for _, w := range vwc.Webhooks {
 				checkCommon(t, w.Name, w.ClientConfig, w.SideEffects, w.AdmissionReviewVersions, w.NamespaceSelector, w.ObjectSelector, wantExcluded, "/validate", rc.name)
 			}
-			// Fail closed only in enforce mode: the custom-policy case is in warn.
-			wantPods := admissionv1.Fail
-			if rc.name == "custom-policy" {
-				wantPods = admissionv1.Ignore
+			// Fail closed only in enforce mode; the chart's default is warn.
+			wantPods := admissionv1.Ignore
+			if renderedMode(t, r) == config.ModeEnforce {
+				wantPods = admissionv1.Fail
 			}
 			checkFailure(t, pods.Name, pods.FailurePolicy, wantPods)
 			checkFailure(t, ctrls.Name, ctrls.FailurePolicy, admissionv1.Ignore)
@@ -1051,7 +1051,8 @@ func checkGrants(t *testing.T, sa string, got []string, want []rbacRule) {
 }
 
 // TestDefaultPolicyIsEmbedded: the chart's copy of the default policy is the
-// embedded one, byte for byte, and the default ConfigMap holds exactly it.
+// embedded one, byte for byte, and the default ConfigMap holds exactly it but
+// for its mode, warn: a first install denies nothing.
 func TestDefaultPolicyIsEmbedded(t *testing.T) {
 	copyInChart, err := os.ReadFile(filepath.Join(chartDir, "files", "policy.yaml"))
 	if err != nil {
@@ -1062,9 +1063,26 @@ func TestDefaultPolicyIsEmbedded(t *testing.T) {
 	}
 	r := renderCaseValues(t, loadChart(t), cases[0])
 	cm := policyConfigMap(t, r)
-	if got := cm.Data[config.ConfigMapKey]; got != string(config.DefaultYAML()) {
-		t.Fatalf("default policy ConfigMap differs from the embedded default:\n%s", firstDiff(string(config.DefaultYAML()), got))
+	if got := cm.Data[config.ConfigMapKey]; got != chartDefaultPolicy() {
+		t.Fatalf("default policy ConfigMap differs from the embedded default in warn mode:\n%s", firstDiff(chartDefaultPolicy(), got))
 	}
+	p, err := config.Load("chart default", []byte(cm.Data[config.ConfigMapKey]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.Mode != config.ModeWarn {
+		t.Errorf("the chart's default policy has mode %q, want warn", p.Spec.Mode)
+	}
+}
+
+// renderedMode is the mode of the policy a rendering installs.
+func renderedMode(t *testing.T, r *rendered) config.Mode {
+	t.Helper()
+	p, err := config.Load("chart", []byte(policyConfigMap(t, r).Data[config.ConfigMapKey]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Spec.Mode
 }
 
 func policyConfigMap(t *testing.T, r *rendered) *corev1.ConfigMap {
@@ -1110,7 +1128,7 @@ func TestPolicies(t *testing.T) {
 					}
 				}
 				// Everything else keeps the default.
-				if p.Spec.Mode != config.Default().Spec.Mode || !slices.Equal(p.Spec.GPUResources, config.Default().Spec.GPUResources) {
+				if p.Spec.Mode != config.ModeWarn || !slices.Equal(p.Spec.GPUResources, config.Default().Spec.GPUResources) {
 					t.Error("the preset changed more than the exemptions")
 				}
 			case "custom-policy":
@@ -1182,7 +1200,7 @@ func TestBackstop(t *testing.T) {
 		if strings.Contains(args(off), "--cel-backstop") || strings.Contains(off.Raw, "admissionpolicies") {
 			t.Errorf("%s: the backstop must not be set up", name)
 		}
-		failOpen := map[string]any{"webhook": map[string]any{"failurePolicy": "Ignore"}}
+		failOpen := map[string]any{"webhook": map[string]any{"failurePolicy": "Ignore"}, "policy": map[string]any{"mode": "enforce"}}
 		if values != nil {
 			failOpen["backstop"] = values["backstop"]
 		}
@@ -1222,10 +1240,11 @@ func TestBackstop(t *testing.T) {
 func TestHelmTestExpectation(t *testing.T) {
 	c := loadChart(t)
 	for _, tc := range []struct{ name, values, want string }{
-		{"default", ``, "deny"},
+		{"default", ``, "warn"},
+		{"enforce mode", "policy:\n  mode: enforce\n", "deny"},
 		{"warn mode", "policy:\n  mode: warn\n", "warn"},
 		{"audit mode", "policy:\n  mode: audit\n", "admit"},
-		{"strip action", "policy:\n  spec:\n    action: strip\n", "strip"},
+		{"strip action", "policy:\n  spec:\n    mode: enforce\n    action: strip\n", "strip"},
 		{"strip action, warn mode", "policy:\n  mode: warn\n  spec:\n    action: strip\n", "warn"},
 		{"explicit", "policy:\n  mode: audit\ntest:\n  expect: deny\n", "deny"},
 	} {

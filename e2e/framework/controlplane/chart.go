@@ -26,9 +26,12 @@ func GPUGuardWebhooks(chartDir, releaseNS string, excluded ...string) (*WebhookC
 		systemNamespaces[i] = ns
 	}
 	// Only the webhook configurations are wanted: the agent, whose grants
-	// need the cluster's admission policy API, is left out.
+	// need the cluster's admission policy API, is left out. They are those of
+	// enforce mode (the pods' webhook fails closed), which the suites test;
+	// the chart's default, warn, fails open.
 	rel, err := chartrender.Render(c, ReleaseName, releaseNS, map[string]any{
-		"admission": map[string]any{"systemNamespaces": systemNamespaces}, "agent": map[string]any{"enabled": false}})
+		"admission": map[string]any{"systemNamespaces": systemNamespaces}, "agent": map[string]any{"enabled": false},
+		"policy": map[string]any{"mode": "enforce"}})
 	if err != nil {
 		return nil, fmt.Errorf("rendering the chart: %w", err)
 	}
