@@ -414,7 +414,15 @@ func decodeAll(t *testing.T, docs []string) []runtime.Object {
 	return objs
 }
 
-func docs(r *rendered, withHooks bool) []string { return r.Documents(withHooks) }
+// docs are the documents of a rendering, with the webhook configurations
+// the webhook registers itself (held in a ConfigMap of the release).
+func docs(r *rendered, withHooks bool) []string {
+	registered, err := r.WebhookConfigurations()
+	if err != nil {
+		panic(err)
+	}
+	return append(r.Documents(withHooks), registered...)
+}
 
 // named is the object of type T and name, which must be there.
 func named[T interface {
@@ -904,14 +912,20 @@ func TestRBAC(t *testing.T) {
 					want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, v, "gpuguard-backstop-kai-configmaps"})
 				}
 			}
-			// The backstop's owner: the controller's own ClusterRole, which
-			// only helm uninstall deletes.
+			// The owner of the backstop and of the webhook configurations:
+			// the controller's own ClusterRole, which only helm uninstall
+			// deletes.
 			want = append(want, rbacRule{"cluster", "rbac.authorization.k8s.io", "clusterroles", "get", "gpuguard-controller"})
-			// The pre-filter on the pod webhooks (on by default).
+			// The webhook configurations, registered by the controller once
+			// the Service has a ready endpoint, and the pre-filter on them:
+			// its own two by name, create included.
 			for _, res := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"} {
 				want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, "get", "gpuguard"},
+					rbacRule{"cluster", "admissionregistration.k8s.io", res, "create", "gpuguard"},
 					rbacRule{"cluster", "admissionregistration.k8s.io", res, "patch", "gpuguard"})
 			}
+			want = append(want, rbacRule{ns, "discovery.k8s.io", "endpointslices", "list", ""},
+				rbacRule{ns, "discovery.k8s.io", "endpointslices", "watch", ""})
 			if selfManaged {
 				for _, res := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"} {
 					want = append(want,
@@ -1209,13 +1223,13 @@ func TestBackstop(t *testing.T) {
 			t.Errorf("%s: failing open without the backstop must be refused, got %v", name, err)
 		}
 	}
-	open, err := chartrender.Render(c, releaseName, namespace, map[string]any{"webhook": map[string]any{"failurePolicy": "Ignore"}}, clusterAPIs...)
+	open, err := chartrender.Render(c, releaseName, namespace, map[string]any{"webhook": map[string]any{"failurePolicy": "Ignore"}, "policy": map[string]any{"mode": "enforce"}}, clusterAPIs...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Webhooks only: the agent's node-scope policy fails closed whatever
 	// the webhooks do, as it guards the agent's token, not admission.
-	objs := decodeAll(t, open.Documents(false))
+	objs := decodeAll(t, docs(&rendered{Release: open}, false))
 	if len(findAll[*admissionv1.MutatingWebhookConfiguration](objs)) == 0 || len(findAll[*admissionv1.ValidatingWebhookConfiguration](objs)) == 0 {
 		t.Fatal("the rendering has no webhook configurations to judge")
 	}
@@ -1682,5 +1696,40 @@ func TestCoverageLeasesPolicy(t *testing.T) {
 		if slices.Contains(vap.Spec.MatchConstraints.ResourceRules[0].Operations, admissionv1.Delete) {
 			t.Errorf("%s: deleting a Lease only ends coverage; it must stay open to the namespace's cleanup", name)
 		}
+	}
+}
+
+// TestWebhookConfigurationsRegisteredByTheWebhook: no webhook configuration
+// is a resource of the release, in any case: the chart renders them into a
+// ConfigMap the applying pods mount, and they register them once a replica
+// is ready. A release resource would exist before any replica, and outlive
+// a failed install.
+func TestWebhookConfigurationsRegisteredByTheWebhook(t *testing.T) {
+	c := loadChart(t)
+	for _, rc := range cases {
+		t.Run(rc.name, func(t *testing.T) {
+			r := renderCaseValues(t, c, rc)
+			objs := decodeAll(t, r.Documents(true))
+			if n := len(findAll[*admissionv1.MutatingWebhookConfiguration](objs)) + len(findAll[*admissionv1.ValidatingWebhookConfiguration](objs)); n != 0 {
+				t.Errorf("%d webhook configurations are resources of the release", n)
+			}
+			applier := "gpuguard-controller"
+			if !strings.Contains(r.Raw, "name: "+applier+"\n") {
+				applier = "gpuguard-webhook"
+			}
+			d := named[*appsv1.Deployment](t, objs, applier)
+			args := d.Spec.Template.Spec.Containers[0].Args
+			for _, want := range []string{"--webhook-configurations-file=/etc/gpuguard/webhook-configurations/configurations.yaml",
+				"--webhook-configurations-owner=" + applier, "--mutating-webhook-configuration=gpuguard", "--validating-webhook-configuration=gpuguard"} {
+				if !slices.Contains(args, want) {
+					t.Errorf("%s lacks %s", applier, want)
+				}
+			}
+			if !slices.ContainsFunc(d.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool {
+				return v.ConfigMap != nil && v.ConfigMap.Name == "gpuguard-webhook-configurations"
+			}) {
+				t.Errorf("%s does not mount the webhook configurations", applier)
+			}
+		})
 	}
 }

@@ -64,6 +64,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- define "gpuguard.agentName" -}}{{ include "gpuguard.fullname" . }}-agent{{- end -}}
 {{- define "gpuguard.webhookConfigName" -}}{{ include "gpuguard.fullname" . }}{{- end -}}
+{{- define "gpuguard.webhookConfigurationsConfigMap" -}}{{ include "gpuguard.fullname" . }}-webhook-configurations{{- end -}}
 {{- define "gpuguard.policyConfigMap" -}}{{ .Values.policy.configMapName | default (printf "%s-policy" (include "gpuguard.fullname" .)) }}{{- end -}}
 
 {{/* The Secret the webhook serves its certificate from. */}}

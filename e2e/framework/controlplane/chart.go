@@ -15,7 +15,7 @@ const ReleaseName = "gpuguard"
 
 // GPUGuardWebhooks renders gpuguard's two webhook configurations from the Helm chart
 // in chartDir, for a release in releaseNS whose admission.systemNamespaces are the
-// excluded namespaces: what `helm install` would create.
+// excluded namespaces: what the webhook registers once a replica is ready.
 func GPUGuardWebhooks(chartDir, releaseNS string, excluded ...string) (*WebhookConfigurations, error) {
 	c, err := chartrender.Load(chartDir)
 	if err != nil {
@@ -36,7 +36,11 @@ func GPUGuardWebhooks(chartDir, releaseNS string, excluded ...string) (*WebhookC
 		return nil, fmt.Errorf("rendering the chart: %w", err)
 	}
 	w := &WebhookConfigurations{}
-	for _, doc := range rel.Documents(false) {
+	registered, err := rel.WebhookConfigurations()
+	if err != nil {
+		return nil, err
+	}
+	for _, doc := range registered {
 		switch {
 		case strings.Contains(doc, "\nkind: MutatingWebhookConfiguration"):
 			w.Mutating = &admissionregistrationv1.MutatingWebhookConfiguration{}
