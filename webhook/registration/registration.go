@@ -162,11 +162,11 @@ func (r *Registrar) waitReadyEndpoint(ctx context.Context) error {
 	selector := discoveryv1.LabelServiceName + "=" + r.Service.Name
 	slices := r.Clientset.DiscoveryV1().EndpointSlices(r.Service.Namespace)
 	lw := &cache.ListWatch{
-		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = selector
 			return slices.List(ctx, o)
 		},
-		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = selector
 			return slices.Watch(ctx, o)
 		},
