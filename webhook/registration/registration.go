@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"time"
 
@@ -61,6 +62,26 @@ type Registrar struct {
 	// patches them, needs them to exist).
 	Then func(context.Context)
 	Log  logr.Logger
+
+	registered chan struct{}
+}
+
+// NewRegistrar returns r ready to start.
+func NewRegistrar(r Registrar) *Registrar {
+	r.registered = make(chan struct{})
+	return &r
+}
+
+// Registered fails until the configurations are applied (a readiness
+// check): a controller that is ready has registered them, so helm install
+// --wait returns only once the webhook is called.
+func (r *Registrar) Registered(*http.Request) error {
+	select {
+	case <-r.registered:
+		return nil
+	default:
+		return errors.New("the webhook configurations are not registered yet")
+	}
 }
 
 // Load reads and checks the configurations of file: only a
@@ -146,6 +167,7 @@ func (r *Registrar) Start(ctx context.Context) error {
 		return nil // stopped
 	}
 	r.Log.Info("webhook configurations registered", "mutating", r.MutatingConfig, "validating", r.ValidatingConfig)
+	close(r.registered)
 	if r.Then != nil {
 		r.Then(ctx)
 	}

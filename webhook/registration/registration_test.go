@@ -71,3 +71,13 @@ func TestLoadRefuses(t *testing.T) {
 		t.Errorf("a missing file: %v", err)
 	}
 }
+
+// TestNotRegisteredNotReady: a registrar that has applied nothing fails its
+// readiness check, so a controller is not ready (and helm install --wait
+// does not return) before the webhook is called.
+func TestNotRegisteredNotReady(t *testing.T) {
+	r := NewRegistrar(Registrar{File: write(t, mutating+"---\n"+validating), MutatingConfig: "gpuguard", ValidatingConfig: "gpuguard"})
+	if err := r.Registered(nil); err == nil {
+		t.Error("ready before the configurations were applied")
+	}
+}

@@ -45,6 +45,7 @@ spec:
         {{- with $w.podLabels }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
+      {{- if or $applies $w.podAnnotations }}
       annotations:
         {{- if $applies }}
         # A change of the webhook configurations rolls the pods that register them.
@@ -53,6 +54,7 @@ spec:
         {{- with $w.podAnnotations }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
+      {{- end }}
     spec:
       serviceAccountName: {{ $name }}
       {{- if $hostNet }}
