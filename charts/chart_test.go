@@ -873,9 +873,11 @@ func TestRBAC(t *testing.T) {
 				want = append(want, rbacRule{"cluster", "", "configmaps", "get", ""})
 			}
 			if rc.name == "node-enforcer" {
-				// injectVoid auto: the GPU nodes' labels and the node
+				// injectVoid auto: the GPU nodes' labels, the DRA
+				// ResourceSlices that make a node a GPU node, and the node
 				// enforcers' Leases.
 				want = append(want, rbacRule{"cluster", "", "nodes", "list", ""}, rbacRule{"cluster", "", "nodes", "watch", ""},
+					rbacRule{"cluster", "resource.k8s.io", "resourceslices", "list", ""}, rbacRule{"cluster", "resource.k8s.io", "resourceslices", "watch", ""},
 					rbacRule{ns, "coordination.k8s.io", "leases", "list", ""}, rbacRule{ns, "coordination.k8s.io", "leases", "watch", ""})
 			}
 			selfManaged := !strings.HasPrefix(rc.name, "cert-manager") && rc.name != "existing-secret"

@@ -92,6 +92,7 @@ func TestErrors(t *testing.T) {
 		{"relative runtime state", head + "spec:\n  runtimeStateHostPaths: [run]\n", []string{"spec.runtimeStateHostPaths[0]", "absolute path"}},
 		{"bad severity", head + "spec:\n  advisories: {privileged: block}\n", []string{"spec.advisories.privileged: Unsupported value"}},
 		{"bad exemption", head + "spec:\n  exemptions:\n    serviceAccounts: [{namespace: Team_A, name: x}]\n", []string{"spec.exemptions.serviceAccounts[0].namespace"}},
+		{"bad KAI reservation namespace", head + "spec:\n  integrations:\n    kaiScheduler: {reservationNamespace: KAI_Reservations}\n", []string{"spec.integrations.kaiScheduler.reservationNamespace: Invalid value"}},
 		{"empty prefix", head + "spec:\n  annotations: {deniedPrefixes: ['']}\n", []string{"would deny every annotation"}},
 		{"empty ignored prefix", head + "spec:\n  annotations: {ignoredPrefixes: ['']}\n", []string{"spec.annotations.ignoredPrefixes[0]", "silence every warning"}},
 		{"suspect label with a dot", head + "spec:\n  annotations: {suspectDomainLabels: [cdi.k8s]}\n", []string{"spec.annotations.suspectDomainLabels[0]", "one lower-case word"}},

@@ -123,6 +123,23 @@ type KAIScheduler struct {
 	// "system:serviceaccount:NAMESPACE:NAME": the only writers of the
 	// fraction ConfigMaps (the chart's ConfigMap guard enforces it).
 	BinderServiceAccounts []string `json:"binderServiceAccounts"`
+	// ReservationNamespace is where KAI's binder runs its GPU reservation
+	// pods (KAI's binder.resourceReservation.namespace); empty is KAI's
+	// default, kai-resource-reservation. The node enforcer holds a fraction
+	// container to the GPU the kubelet allocated to its reservation pod.
+	ReservationNamespace string `json:"reservationNamespace,omitempty"`
+}
+
+// DefaultKAIReservationNamespace is KAI's default namespace of its GPU
+// reservation pods (constants.DefaultResourceReservationName).
+const DefaultKAIReservationNamespace = "kai-resource-reservation"
+
+// Reservations is the namespace of KAI's GPU reservation pods.
+func (k KAIScheduler) Reservations() string {
+	if k.ReservationNamespace == "" {
+		return DefaultKAIReservationNamespace
+	}
+	return k.ReservationNamespace
 }
 
 // EnvPolicy configures the environment rules.

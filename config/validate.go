@@ -60,6 +60,11 @@ func validateKAIScheduler(fld *field.Path, k *KAIScheduler) field.ErrorList {
 	for i, name := range k.SchedulerNames {
 		errs = append(errs, dnsSubdomain(fld.Child("schedulerNames").Index(i), name)...)
 	}
+	if k.ReservationNamespace != "" {
+		if msgs := validation.IsDNS1123Label(k.ReservationNamespace); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(fld.Child("reservationNamespace"), k.ReservationNamespace, strings.Join(msgs, "; ")))
+		}
+	}
 	for i, user := range k.BinderServiceAccounts {
 		parts := strings.Split(user, ":")
 		if len(parts) != 4 || parts[0] != "system" || parts[1] != "serviceaccount" || parts[2] == "" || parts[3] == "" {

@@ -41,6 +41,29 @@ const (
 
 const visibleDevices = "NVIDIA_VISIBLE_DEVICES"
 
+// KAIGPUGroupLabel is the label KAI's binder puts on a fraction pod, before
+// it binds the pod, naming the GPU group of the GPU it shares; a pod whose
+// fraction spans several GPUs gets KAIGPUGroupLabel/<group> for each
+// instead. The binder runs one reservation pod for each group on the node,
+// in its reservation namespace, with the same label: the kubelet allocates
+// that pod the GPU, and the binder writes the fraction's ConfigMap with
+// what the reservation pod reports of it (KAI-Scheduler
+// pkg/binder/binding/resourcereservation).
+const KAIGPUGroupLabel = "runai-gpu-group"
+
+// KAIGPUGroups are the GPU groups KAI's binder bound pod to, from its
+// labels, sorted; none for a pod it has not bound.
+func KAIGPUGroups(pod *corev1.Pod) []string {
+	var groups []string
+	for key, value := range pod.Labels {
+		if key == KAIGPUGroupLabel || strings.HasPrefix(key, KAIGPUGroupLabel+"/") {
+			groups = append(groups, value)
+		}
+	}
+	slices.Sort(groups)
+	return slices.Compact(groups)
+}
+
 // KAIDevicesAnnotation is how many GPUs a fraction spans (default 1).
 const KAIDevicesAnnotation = "gpu-fraction-num-devices"
 

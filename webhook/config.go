@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 
 	"github.com/gpuguard/gpuguard/cel"
@@ -136,6 +138,10 @@ type Hardening struct {
 	// enforcers hold their Leases: a GPU node whose enforcer holds a fresh
 	// one counts as covered, as a hardened one does.
 	EnforcerLeaseNamespace string
+	// GPUDRADrivers, with InjectAuto, are the DRA drivers whose devices
+	// are GPUs: a node on which one publishes a ResourceSlice is a GPU node
+	// (read where the API server serves resource.k8s.io).
+	GPUDRADrivers []string
 }
 
 // Lookups bound what a review reads besides its object.
@@ -170,7 +176,7 @@ func DefaultConfig() Config {
 		Policy:        PolicySource{ConfigMap: types.NamespacedName{Namespace: "gpuguard", Name: "gpuguard-policy"}, Fallback: true},
 		Certificates:  Certificates{ServiceName: "gpuguard-webhook"},
 		Backstop:      Backstop{CEL: cel.Options{Name: cel.DefaultName}},
-		Hardening:     Hardening{InjectVoid: InjectAlways, GPUNodeLabels: DefaultGPUNodeLabels()},
+		Hardening:     Hardening{InjectVoid: InjectAlways, GPUNodeLabels: DefaultGPUNodeLabels(), GPUDRADrivers: hardening.DefaultGPUDRADrivers()},
 		Lookups:       Lookups{ConfigMapCacheTTL: 10 * time.Second, APIReadTimeout: 2 * time.Second},
 		Observability: Observability{MetricsAddr: ":8080", ProbeAddr: ":8081"},
 		Limits:        DefaultLimits(),
@@ -311,6 +317,11 @@ func (c Config) Validate() error {
 	for _, l := range c.Hardening.GPUNodeLabels {
 		if l.Key == "" {
 			bad("hardening.gpuNodeLabels", "a label with no key")
+		}
+	}
+	for _, d := range c.Hardening.GPUDRADrivers {
+		if errs := validation.IsDNS1123Subdomain(d); len(errs) > 0 {
+			bad("hardening.gpuDRADrivers", "%q is not a DRA driver name (a DNS subdomain): %s", d, strings.Join(errs, "; "))
 		}
 	}
 

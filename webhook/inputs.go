@@ -96,15 +96,19 @@ func watchCluster(mgr manager.Manager, o Config, source *policysource.Source, m 
 		reconciler.Fallback = config.DefaultYAML()
 	}
 	if o.Hardening.InjectVoid == InjectAuto {
-		reconciler.Hardening = &hardening.Nodes{Reader: mgr.GetClient(), GPUNodeLabels: o.Hardening.GPUNodeLabels, LeaseNamespace: o.Hardening.EnforcerLeaseNamespace,
+		nodes := &hardening.Nodes{Reader: mgr.GetClient(), GPUNodeLabels: o.Hardening.GPUNodeLabels, LeaseNamespace: o.Hardening.EnforcerLeaseNamespace,
 			IsGPUResource: func(r string) bool {
 				if e := source.Engine(); e != nil {
 					return e.Policy().Spec.IsGPUResource(r)
 				}
 				return config.Default().Spec.IsGPUResource(r)
 			}}
+		reconciler.Hardening = nodes
 		reconciler.LeaseNamespace = o.Hardening.EnforcerLeaseNamespace
 		reconciler.InjectionOff = m.InjectionOff
+		if err := followDRASlices(mgr, o, nodes, reconciler); err != nil {
+			return reviewInputs{}, err
+		}
 	}
 	if apply := clusterAppliers(mgr, o, m); len(apply) > 0 {
 		reconciler.Apply = func(ctx context.Context, p *config.Policy) error {
@@ -168,4 +172,38 @@ func addRegistrar(mgr manager.Manager, o Config, source *policysource.Source, ap
 		}
 	}
 	return r.Registered, mgr.Add(r)
+}
+
+// followDRASlices makes the hardened-cluster profile count the nodes on
+// which a GPU DRA driver publishes ResourceSlices as GPU nodes, in the
+// version of resource.k8s.io the API server serves. Where it serves none,
+// no driver can publish a device either: it says so, and nodes are GPU
+// nodes by their labels and capacity; where it serves only a version
+// gpuguard does not read, it logs an error naming the versions.
+// A failed discovery is an error: the webhook does not start on a guess.
+func followDRASlices(mgr manager.Manager, o Config, nodes *hardening.Nodes, reconciler *policysource.Reconciler) error {
+	if len(o.Hardening.GPUDRADrivers) == 0 {
+		o.Log.Info("no GPU DRA driver configured: nodes with DRA GPUs only are not GPU nodes for the hardened-cluster profile")
+		return nil
+	}
+	version, served, err := hardening.ServedSliceVersion(mgr.GetRESTMapper())
+	if err != nil {
+		return err
+	}
+	switch {
+	case version == "" && len(served) == 0:
+		o.Log.Info("the API server serves no ResourceSlices: no DRA driver can publish GPUs; GPU nodes are told by labels and capacity",
+			"group", "resource.k8s.io")
+		return nil
+	case version == "":
+		// An alpha version only (Kubernetes 1.31 with DRA turned on): a
+		// node with DRA GPUs only goes unseen unless it carries a GPU label.
+		o.Log.Error(nil, "ResourceSlices are served only in versions gpuguard does not read: a node with DRA GPUs only is not a GPU node unless it carries a GPU node label",
+			"group", "resource.k8s.io", "served", served, "read", hardening.SliceVersions)
+		return nil
+	}
+	o.Log.Info("GPU nodes include those with DRA devices of a GPU driver", "resourceSlices", "resource.k8s.io/"+version, "drivers", o.Hardening.GPUDRADrivers)
+	nodes.SliceVersion, nodes.GPUDRADrivers = version, o.Hardening.GPUDRADrivers
+	reconciler.DRASlice, reconciler.GPUDRADrivers = hardening.NewSlice(version), o.Hardening.GPUDRADrivers
+	return nil
 }

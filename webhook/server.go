@@ -28,6 +28,7 @@ import (
 
 	"github.com/gpuguard/gpuguard/config"
 	"github.com/gpuguard/gpuguard/policy"
+	"github.com/gpuguard/gpuguard/webhook/hardening"
 	"github.com/gpuguard/gpuguard/webhook/policysource"
 	"github.com/gpuguard/gpuguard/webhook/servingcert"
 )
@@ -200,6 +201,13 @@ func newManager(o Config) (manager.Manager, error) {
 		// The node enforcers' Leases, in their namespace only: the webhook
 		// may not list Leases anywhere else.
 		opts.Cache.ByObject[&coordinationv1.Lease{}] = cache.ByObject{Namespaces: map[string]cache.Config{o.Hardening.EnforcerLeaseNamespace: {}}}
+	}
+	if o.Hardening.InjectVoid == InjectAuto {
+		// DRA ResourceSlices, watched in the version served (which only
+		// discovery tells, so not a ByObject entry, which must name a served
+		// one), are held as their driver and nodes, not every device's
+		// attributes. Other objects pass unchanged.
+		opts.Cache.DefaultTransform = hardening.TrimSlice
 	}
 	return ctrl.NewManager(o.RestConfig, opts)
 }

@@ -59,6 +59,12 @@ type Facts struct {
 	// Allocated are the device IDs the kubelet allocated to the container
 	// for GPU resources, as PodResources reports them.
 	Allocated []string
+	// Claimed are the devices of the container's DRA claims of NVIDIA's
+	// drivers, as PodResources reports them; ClaimedCDI the CDI devices
+	// the kubelet hands the runtime for them, whose specs the DRA driver
+	// writes. Both count as grants, as the allocation does.
+	Claimed    []ClaimedDevice
+	ClaimedCDI []string
 	// Exempt names the exemption that covers the pod; "" for none.
 	Exempt string
 	// Waived are the rules the exemption waives; nil for every rule.
@@ -66,7 +72,22 @@ type Facts struct {
 	// KAIFraction: the fraction container of a pod KAI scheduled, with the
 	// integration on: KAI, not the kubelet, accounts for its GPUs.
 	KAIFraction bool
+	// KAIBound are, for a KAI fraction container, the device IDs the
+	// kubelet allocated to the reservation pods of its pod's GPU groups on
+	// this node: the GPUs KAI bound the fraction to, which its device list
+	// may name. KAIUnbound, when set, says why they cannot be told, and the
+	// fraction container is refused.
+	KAIBound   []string
+	KAIUnbound string
 }
+
+// ClaimedDevice is one device of a DRA claim: its driver's name and the
+// device's name in the driver's pool ("gpu-0" of gpu.nvidia.com).
+type ClaimedDevice struct{ Driver, Device string }
+
+// granted reports whether the kubelet gave the container devices, through
+// a device plugin or a DRA claim.
+func (f Facts) granted() bool { return len(f.Allocated) > 0 || len(f.Claimed) > 0 }
 
 // Decision is the adjustment of one container.
 type Decision struct {
@@ -167,17 +188,30 @@ func (r *Rules) Decide(c Container, f Facts) Decision {
 		d.Refuse = "gpuguard: a privileged container sees every GPU of the node whatever the kubelet allocated; drop privileged or exempt its service account"
 		return d
 	}
-	grant := r.gpus.grant(f.Allocated)
+	grant := r.gpus.grant(slices.Concat(f.Allocated, f.KAIBound))
+	grant.claim(r.gpus, f.Claimed, f.ClaimedCDI)
 	env, counts := envMap(c.Env)
-	gpu := len(f.Allocated) > 0 || f.KAIFraction
+	gpu := f.granted() || f.KAIFraction
 	// Each channel follows the rule that guards it at admission: an
 	// exemption waiving that rule leaves the channel as the pod set it.
 	gpuRule := policy.RuleInjectVoid
-	if len(f.Allocated) > 0 {
+	if f.granted() {
 		gpuRule = policy.RuleDeviceEnv
 	}
 	keepGPUs := f.Waived[gpuRule]
-	if !f.KAIFraction && !keepGPUs {
+	if f.KAIFraction && !keepGPUs && len(f.KAIBound) == 0 {
+		why := f.KAIUnbound
+		if why == "" {
+			why = "no reservation pod of its GPU group was found"
+		}
+		d.Refuse = "gpuguard: the container is a KAI Scheduler fraction, and the GPU KAI bound it to cannot be told: " + why +
+			"; its device list is not trusted without it: the container is created again once KAI's reservation pod runs"
+		return d
+	}
+	if !keepGPUs {
+		if refuse := r.decideKAIList(env, grant, f.KAIFraction); refuse != "" {
+			return Decision{Refuse: refuse}
+		}
 		r.decideDeviceVariables(&d, env, grant)
 	}
 	if !f.Waived[policy.RuleProtectedEnv] {
@@ -197,7 +231,7 @@ func (r *Rules) Decide(c Container, f Facts) Decision {
 			return Decision{Refuse: refuse}
 		}
 	}
-	if refuse := r.decideDevices(c, deviceLimits{g: grant, gpu: gpu, keep: keepGPUs || f.KAIFraction}); refuse != "" {
+	if refuse := r.decideDevices(c, deviceLimits{g: grant, gpu: gpu, keep: keepGPUs}); refuse != "" {
 		return Decision{Refuse: refuse}
 	}
 	return d
@@ -302,6 +336,24 @@ func (r *Rules) decideRepeated(d *Decision, env map[string]string, counts map[st
 func refusal(name string, count int, value, why string) string {
 	return fmt.Sprintf("gpuguard: %s is set %d times in the container's environment (image, device plugin, pod) and the runtime would honour the last, %q, which grants more than the kubelet allocated; %s: remove it from the pod's env and envFrom",
 		name, count, value, why)
+}
+
+// decideKAIList refuses a KAI fraction container whose device variable
+// names more than the GPUs KAI bound it to. It is not narrowed: the GPUs
+// bound are found through the GPU group label of the pod, which its owner
+// may change, while the list comes from the ConfigMap only KAI's binder
+// writes; a list and a group that disagree grant nothing either says.
+func (r *Rules) decideKAIList(env map[string]string, g grant, fraction bool) (refuse string) {
+	if !fraction {
+		return ""
+	}
+	for _, name := range r.policy.DeviceVariables() {
+		if value, set := env[name]; set && !g.covers(value, r.deviceListRoots) {
+			return fmt.Sprintf("gpuguard: %s of the KAI Scheduler fraction container is %q, which names more than %s, the GPU KAI bound it to (the kubelet's allocation to the reservation pod of its GPU group); remove it from the pod, or have KAI bind the pod again",
+				name, value, strings.Join(g.visible, ","))
+		}
+	}
+	return ""
 }
 
 // decideDeviceVariables sets each device variable to the allocation: void

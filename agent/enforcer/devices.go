@@ -217,10 +217,11 @@ func (m DeviceMajors) nodeKind(d Device) (kind, int64) {
 // deviceLimits are what the allocation lets a container reach.
 type deviceLimits struct {
 	g grant
-	// gpu: the container has GPUs (an allocation, or a KAI fraction).
+	// gpu: the container has GPUs (an allocation, a claim, or a KAI
+	// fraction).
 	gpu bool
 	// keep: its GPU devices are not judged (the exemption waives the GPU
-	// rule, or KAI, not the kubelet, accounts for its GPUs).
+	// rule).
 	keep bool
 }
 

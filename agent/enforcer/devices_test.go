@@ -90,7 +90,7 @@ func TestDevicesByNumber(t *testing.T) {
 		{name: "cgroup: a block major", r: read, c: Container{DeviceRules: []DeviceRule{allow("b", i64(195), nil, "rw")}}},
 		{name: "cgroup: an allocation not resolved leaves GPU minors alone", r: read,
 			c: Container{DeviceRules: []DeviceRule{allow("c", i64(195), nil, "rw")}}, f: Facts{Allocated: []string{"GPU-a-_-0"}}},
-		{name: "KAI fraction: KAI accounts for its GPU", r: read, c: Container{Devices: []Device{{"/dev/nvidia1", "c", 195, 1}}}, f: Facts{KAIFraction: true}},
+		{name: "KAI fraction: the GPU of its reservation pod", r: read, c: Container{Devices: []Device{{"/dev/nvidia1", "c", 195, 1}}}, f: Facts{KAIFraction: true, KAIBound: []string{"GPU-b"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := tc.r.Decide(tc.c, tc.f)

@@ -6,12 +6,16 @@ import (
 	"strings"
 
 	"github.com/gpuguard/gpuguard/agent/discovery"
+	"github.com/gpuguard/gpuguard/internal/dra"
 )
 
 // Inventory names the node's GPUs and MIG devices every way an allocation
 // or a request may name them.
 type Inventory struct {
 	byName map[string]device
+	// byMinor are the whole GPUs by their device node's minor, the number
+	// NVIDIA's DRA driver names them by.
+	byMinor map[int]device
 }
 
 // device is one allocatable device: a whole GPU or a MIG device.
@@ -27,7 +31,7 @@ type device struct {
 
 // NewInventory indexes inv; nil is a node without GPUs.
 func NewInventory(inv *discovery.Inventory) *Inventory {
-	in := &Inventory{byName: map[string]device{}}
+	in := &Inventory{byName: map[string]device{}, byMinor: map[int]device{}}
 	if inv == nil {
 		return in
 	}
@@ -36,6 +40,7 @@ func NewInventory(inv *discovery.Inventory) *Inventory {
 		for _, n := range whole.names {
 			in.byName[n] = whole
 		}
+		in.byMinor[g.Minor] = whole
 		for _, m := range g.MIG {
 			mig := device{names: []string{m.UUID, m.IndexID()}, minor: g.Minor, mig: true}
 			for _, n := range mig.names {
@@ -94,9 +99,51 @@ func (in *Inventory) grant(allocated []string) grant {
 	return g
 }
 
+// claim adds the devices of the container's DRA claims to g. The DRA
+// driver hands them to the runtime as CDI devices (cdi), whose specs give
+// the device nodes and set NVIDIA_VISIBLE_DEVICES=void: those CDI names,
+// the claimed GPUs' device nodes by number and their own names are
+// granted. A claimed device is not added to the device list a variable is
+// narrowed to: the DRA driver grants it through CDI, not through the
+// variable. A MIG device of the GPU driver grants its parent's node and
+// MIG capability nodes, not the parent; a device the inventory cannot
+// resolve (a passthrough GPU, another NVIDIA driver's channel) is granted
+// by its names only and opens no GPU node: unlike an allocation in an
+// unknown scheme, a claim's device names are the driver's own.
+func (g *grant) claim(in *Inventory, claimed []ClaimedDevice, cdi []string) {
+	for _, name := range cdi {
+		g.names[name] = true
+		if _, device, ok := strings.Cut(name, "="); ok {
+			g.names[device] = true
+		}
+	}
+	for _, c := range claimed {
+		g.names[c.Device] = true
+		if c.Driver != dra.GPUDriver {
+			continue
+		}
+		minor, mig, ok := dra.ParseGPUDevice(c.Device)
+		if !ok {
+			continue
+		}
+		d, known := in.byMinor[minor]
+		if !known {
+			continue
+		}
+		g.minors[minor] = true
+		if mig {
+			g.mig = true
+			continue
+		}
+		for _, n := range d.names {
+			g.names[n] = true
+		}
+	}
+}
+
 // covers reports whether a device variable's value grants nothing beyond
 // the allocation: void or empty, a device-list mount root (the mounts are
-// judged themselves), or allocated devices only.
+// judged themselves), or allocated devices only, by name or CDI name.
 func (g grant) covers(value string, deviceListRoots []string) bool {
 	value = strings.TrimSpace(value)
 	if value == "" || slices.Contains(strings.Split(value, ","), Void) {
@@ -106,7 +153,14 @@ func (g grant) covers(value string, deviceListRoots []string) bool {
 		return true
 	}
 	for item := range strings.SplitSeq(value, ",") {
-		if !g.names[strings.TrimSpace(item)] {
+		item = strings.TrimSpace(item)
+		// A fully qualified CDI name (KAI's binder writes
+		// k8s.device-plugin.nvidia.com/gpu=<uuid> where the device plugin
+		// uses CDI) is judged by its device, as a CDI annotation is.
+		if _, device, qualified := strings.Cut(item, "="); qualified {
+			item = device
+		}
+		if !g.names[item] {
 			return false
 		}
 	}

@@ -214,7 +214,7 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 	d := rules.Decide(spec, facts)
 	if !d.Changed() {
 		p.judged.put(ctr.GetId(), facts, false)
-		log.V(1).Info("unchanged", "allocated", facts.Allocated)
+		log.V(1).Info("unchanged", "allocated", facts.Allocated, "claimed", facts.Claimed)
 		return "unchanged", nil, nil
 	}
 	exempt := p.relax(ctx, pod, ctr, &facts)
@@ -233,10 +233,10 @@ func (p *Plugin) decide(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 		go p.event(context.WithoutCancel(ctx), pod, ctr, corev1.EventTypeWarning, wellknown.ReasonContainerRefused, d.Refuse)
 		return "refused", nil, errors.New(d.Refuse)
 	case !d.Changed():
-		log.V(1).Info("unchanged", "allocated", facts.Allocated)
+		log.V(1).Info("unchanged", "allocated", facts.Allocated, "claimed", facts.Claimed)
 		return "unchanged", nil, nil
 	}
-	log.Info("adjusted to the allocation", "allocated", facts.Allocated, "changes", d.Changes)
+	log.Info("adjusted to the allocation", "allocated", facts.Allocated, "claimed", facts.Claimed, "kaiBound", facts.KAIBound, "changes", d.Changes)
 	go p.event(context.WithoutCancel(ctx), pod, ctr, corev1.EventTypeNormal, wellknown.ReasonContainerAdjusted,
 		"gpuguard made the container grant only its allocation: "+strings.Join(d.Changes, "; "))
 	return "adjusted", adjustment(d), nil
@@ -259,7 +259,17 @@ func (p *Plugin) allocated(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 		}
 	}
 	for resource, ids := range allocated {
-		if strings.HasPrefix(resource, "dra:") || rules.policy.IsGPUResource(resource) {
+		if driver, ok := strings.CutPrefix(resource, verifier.DRAResourcePrefix); ok {
+			for _, id := range ids {
+				facts.Claimed = append(facts.Claimed, ClaimedDevice{Driver: driver, Device: id})
+			}
+			continue
+		}
+		if _, ok := strings.CutPrefix(resource, verifier.DRACDIResourcePrefix); ok {
+			facts.ClaimedCDI = append(facts.ClaimedCDI, ids...)
+			continue
+		}
+		if rules.policy.IsGPUResource(resource) {
 			facts.Allocated = append(facts.Allocated, ids...)
 		}
 	}
@@ -273,6 +283,9 @@ func (p *Plugin) relax(ctx context.Context, pod *api.PodSandbox, ctr *api.Contai
 	key := verifier.ContainerKey{Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: ctr.GetName()}
 	c := verifier.Container{ID: ctr.GetId(), Key: key, PodUID: pod.GetUid()}
 	f.KAIFraction = p.Exemptions.KAIFraction(ctx, c) > 0
+	if f.KAIFraction {
+		f.KAIBound, f.KAIUnbound = p.kaiBound(ctx, c)
+	}
 	f.Exempt, f.Waived = p.Exemptions.Of(ctx, c)
 	return f.Exempt != "" && f.Waived == nil
 }

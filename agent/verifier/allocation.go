@@ -17,6 +17,7 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpuguard/gpuguard/agent/discovery"
+	"github.com/gpuguard/gpuguard/internal/dra"
 )
 
 // DefaultPodResourcesSocket is where the kubelet serves its PodResources API.
@@ -171,6 +172,17 @@ func podUnknown(err error) bool {
 	return st.Code() == codes.NotFound || strings.HasSuffix(st.Message(), " not found")
 }
 
+// DRAResourcePrefix and DRACDIResourcePrefix key, in an Allocations entry,
+// a container's claimed devices of an NVIDIA DRA driver: "dra:<driver>"
+// lists their device names, "dra-cdi:<driver>" the fully qualified CDI
+// devices the kubelet hands the runtime for them. No resource name of a
+// device plugin has either form (an extended resource is
+// "<domain>/<name>").
+const (
+	DRAResourcePrefix    = "dra:"
+	DRACDIResourcePrefix = "dra-cdi:"
+)
+
 // addPod adds a pod's containers' devices to out.
 func addPod(out Allocations, pod *podresourcesapi.PodResources) {
 	for _, c := range pod.GetContainers() {
@@ -181,11 +193,15 @@ func addPod(out Allocations, pod *podresourcesapi.PodResources) {
 		for _, dr := range c.GetDynamicResources() {
 			for _, res := range dr.GetClaimResources() {
 				// Only NVIDIA's DRA drivers name GPUs.
-				if !strings.HasSuffix(res.GetDriverName(), "nvidia.com") {
+				if !dra.NVIDIADriver(res.GetDriverName()) {
 					continue
 				}
-				name := "dra:" + res.GetDriverName()
+				name := DRAResourcePrefix + res.GetDriverName()
 				byResource[name] = append(byResource[name], res.GetDeviceName())
+				for _, d := range res.GetCdiDevices() {
+					cdi := DRACDIResourcePrefix + res.GetDriverName()
+					byResource[cdi] = append(byResource[cdi], d.GetName())
+				}
 			}
 		}
 		out[ContainerKey{pod.GetNamespace(), pod.GetName(), c.GetName()}] = byResource
@@ -199,6 +215,9 @@ func addPod(out Allocations, pod *podresourcesapi.PodResources) {
 // replica's "<id>::<n>", and a DRA device named after one of those.
 type GPUResolver struct {
 	byID map[string]string
+	// byMinor maps a GPU's device node minor to its UUID: the DRA driver
+	// names GPUs by minor.
+	byMinor map[int]string
 	// mig maps "<parent UUID>/<MIG UUID>" to the MIG UUID, for IDs that name a
 	// MIG device, so that its capability nodes are allowed too.
 	mig map[string]string
@@ -206,9 +225,10 @@ type GPUResolver struct {
 
 // NewGPUResolver indexes the inventory.
 func NewGPUResolver(inv *discovery.Inventory) *GPUResolver {
-	r := &GPUResolver{byID: map[string]string{}, mig: map[string]string{}}
+	r := &GPUResolver{byID: map[string]string{}, byMinor: map[int]string{}, mig: map[string]string{}}
 	for _, g := range inv.GPUs {
 		r.byID[g.UUID] = g.UUID
+		r.byMinor[g.Minor] = g.UUID
 		r.byID[strconv.Itoa(g.Index)] = g.UUID
 		for _, m := range g.MIG {
 			r.byID[m.UUID] = g.UUID
@@ -225,8 +245,8 @@ func NewGPUResolver(inv *discovery.Inventory) *GPUResolver {
 func (r *GPUResolver) GPUs(byResource map[string][]string, isGPU func(string) bool) map[string]bool {
 	out := map[string]bool{}
 	for resource, ids := range byResource {
-		dra := strings.HasPrefix(resource, "dra:")
-		if !dra && !isGPU(resource) {
+		claimed := strings.HasPrefix(resource, DRAResourcePrefix)
+		if !claimed && !isGPU(resource) {
 			continue
 		}
 		for _, id := range ids {
@@ -236,7 +256,7 @@ func (r *GPUResolver) GPUs(byResource map[string][]string, isGPU func(string) bo
 				if mig, ok := r.mig[uuid+"/"+id]; ok {
 					out[mig] = true
 				}
-			} else if dra {
+			} else if claimed {
 				if uuid, ok := r.byDRAName(id); ok {
 					out[uuid] = true
 				}
@@ -253,7 +273,7 @@ func (r *GPUResolver) GPUs(byResource map[string][]string, isGPU func(string) bo
 func (r *GPUResolver) Unknown(byResource map[string][]string, isGPU func(string) bool) []string {
 	var out []string
 	for resource, ids := range byResource {
-		if strings.HasPrefix(resource, "dra:") || !isGPU(resource) {
+		if strings.HasPrefix(resource, DRAResourcePrefix) || !isGPU(resource) {
 			continue
 		}
 		for _, id := range ids {
@@ -266,14 +286,13 @@ func (r *GPUResolver) Unknown(byResource map[string][]string, isGPU func(string)
 	return out
 }
 
-// byDRAName matches the NVIDIA DRA driver's device names, "gpu-<index>" and
-// "gpu-<index>-mig-...".
+// byDRAName matches the NVIDIA DRA driver's device names, "gpu-<minor>" and
+// "gpu-<minor>-mig-...", to the GPU of that device node minor.
 func (r *GPUResolver) byDRAName(name string) (string, bool) {
-	rest, ok := strings.CutPrefix(name, "gpu-")
+	minor, _, ok := dra.ParseGPUDevice(name)
 	if !ok {
 		return "", false
 	}
-	index, _, _ := strings.Cut(rest, "-")
-	uuid, ok := r.byID[index]
+	uuid, ok := r.byMinor[minor]
 	return uuid, ok
 }

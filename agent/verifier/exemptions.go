@@ -72,6 +72,23 @@ func (e *Exemptions) KAIFraction(ctx context.Context, c Container) int {
 	return policy.KAIFractionDevices(pod, c.Key.Container, kai.SchedulerNames)
 }
 
+// KAIGroups are the GPU groups KAI's binder bound container c's pod to
+// (policy.KAIGPUGroups), read from its pod as stored; none where the pod
+// cannot be read or the integration is off.
+func (e *Exemptions) KAIGroups(ctx context.Context, c Container) []string {
+	e.mu.Lock()
+	kai := e.KAI
+	e.mu.Unlock()
+	if !kai.Fractions || e.Client == nil {
+		return nil
+	}
+	pod := e.podOf(ctx, c).pod
+	if pod == nil {
+		return nil
+	}
+	return policy.KAIGPUGroups(pod)
+}
+
 // Of names the exemption covering a container's pod, with the rules it
 // waives (nil: every rule), or returns "".
 func (e *Exemptions) Of(ctx context.Context, c Container) (string, policy.RuleSet) {

@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpuguard/gpuguard/agent/discovery"
 )
 
 // kubeletPodResources serves a canned List over a unix socket, as the
@@ -190,7 +192,8 @@ func TestPodResourcesOverTheKubeletSocket(t *testing.T) {
 				Devices: []*podresourcesapi.ContainerDevices{{ResourceName: "nvidia.com/gpu", DeviceIds: []string{"GPU-1", "GPU-2"}},
 					{ResourceName: "example.com/nic", DeviceIds: []string{"eth1"}}},
 				DynamicResources: []*podresourcesapi.DynamicResource{{ClaimName: "gpu", ClaimResources: []*podresourcesapi.ClaimResource{
-					{DriverName: "gpu.nvidia.com", DeviceName: "gpu-3"}, {DriverName: "example.com", DeviceName: "gpu-0"}}}}},
+					{DriverName: "gpu.nvidia.com", DeviceName: "gpu-3", CdiDevices: []*podresourcesapi.CDIDevice{{Name: "k8s.gpu.nvidia.com/claim=u1-gpu-3"}}},
+					{DriverName: "example.com", DeviceName: "gpu-0"}, {DriverName: "notnvidia.com", DeviceName: "gpu-1"}}}}},
 			{Name: "sidecar"},
 		}}},
 	}})
@@ -210,8 +213,14 @@ func TestPodResourcesOverTheKubeletSocket(t *testing.T) {
 	if !slices.Equal(main["nvidia.com/gpu"], []string{"GPU-1", "GPU-2"}) || !slices.Equal(main["dra:gpu.nvidia.com"], []string{"gpu-3"}) {
 		t.Errorf("allocation of main = %v", main)
 	}
+	if !slices.Equal(main[DRACDIResourcePrefix+"gpu.nvidia.com"], []string{"k8s.gpu.nvidia.com/claim=u1-gpu-3"}) {
+		t.Errorf("the claim's CDI devices are missing: %v", main)
+	}
 	if _, ok := main["dra:example.com"]; ok {
 		t.Errorf("a DRA claim of another vendor's driver was kept: %v", main)
+	}
+	if _, ok := main["dra:notnvidia.com"]; ok {
+		t.Errorf("a DRA claim of a driver merely ending in nvidia.com was kept: %v", main)
 	}
 	if _, ok := got[ContainerKey{"team-a", "train", "sidecar"}]; !ok {
 		t.Errorf("the sidecar without devices is missing: %v", got)
@@ -230,5 +239,15 @@ func TestPodResourcesKubeletAway(t *testing.T) {
 	defer pr.Close()
 	if _, err := pr.Allocations(context.Background()); err == nil {
 		t.Error("want an error while the kubelet's socket is absent")
+	}
+}
+
+// TestDRANamesAreMinors: NVIDIA's DRA driver names a GPU by its device
+// node's minor ("gpu-<minor>"), which need not be its NVML index.
+func TestDRANamesAreMinors(t *testing.T) {
+	inv := &discovery.Inventory{GPUs: []discovery.GPU{{Index: 0, Minor: 1, UUID: "GPU-x"}, {Index: 1, Minor: 0, UUID: "GPU-y"}}}
+	gpus := NewGPUResolver(inv).GPUs(map[string][]string{DRAResourcePrefix + "gpu.nvidia.com": {"gpu-1"}}, func(string) bool { return false })
+	if want := []string{"GPU-x"}; !slices.Equal(sortedKeys(gpus), want) {
+		t.Errorf("gpu-1 resolved to %v, want %v (the GPU of minor 1)", sortedKeys(gpus), want)
 	}
 }

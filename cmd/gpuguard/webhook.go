@@ -46,6 +46,7 @@ var settingFlags = map[string]string{
 	"hardening.injectVoid":             "inject-void",
 	"hardening.gpuNodeLabels":          "gpu-node-label",
 	"hardening.enforcerLeaseNamespace": "enforcer-lease-namespace",
+	"hardening.gpuDRADrivers":          "gpu-dra-driver",
 	"audit.interval":                   "audit-interval",
 	"audit.reports":                    "audit-reports",
 	"lookups.configMapCacheTTL":        "configmap-cache-ttl",
@@ -148,6 +149,7 @@ func (f *webhookFlags) addFlags(fl *pflag.FlagSet) {
 	fl.Var(newEnumValue(&c.Hardening.InjectVoid, webhook.InjectVoids()), "inject-void", "the hardened-cluster profile: always (as the policy says), never (no void injection, whatever the policy says), or auto: off only while every GPU node's agent reports gpuguard.io/hardened=true, back on as soon as one does not")
 	fl.StringVar(&c.Hardening.EnforcerLeaseNamespace, "enforcer-lease-namespace", "", "with --inject-void=auto, the namespace where the agents hold their Leases: a GPU node whose node enforcer holds a fresh one counts as covered, and a hardened mark counts only while the node's agent holds a fresh one of its own")
 	fl.Var(&labelsValue{p: &c.Hardening.GPUNodeLabels}, "gpu-node-label", "KEY=VALUE of a label that makes a node a GPU node, for --inject-void=auto (repeatable; any one is enough)")
+	fl.StringArrayVar(&c.Hardening.GPUDRADrivers, "gpu-dra-driver", c.Hardening.GPUDRADrivers, "a DRA driver whose devices are GPUs, for --inject-void=auto: a node on which it publishes a ResourceSlice (resource.k8s.io, where served) is a GPU node (repeatable; replaces the default)")
 
 	fl.Var(durationValue{&c.Audit.Interval, 0}, "audit-interval", "audit what exists in the cluster this often, and after every policy change, on one elected replica (0: off; else at least 10s)")
 	fl.BoolVar(&c.Audit.Reports, "audit-reports", false, "write the background audit's results as OpenReports (openreports.io/v1alpha1 Report per namespace; needs its CRDs)")

@@ -84,7 +84,8 @@ func TestWebhookFlagsRefuseBadValues(t *testing.T) {
 // command adds the flag that sets each, and every setting Validate can
 // refuse has one.
 func TestWebhookSettingErrorsNameTheirFlag(t *testing.T) {
-	f, err := parseWebhookFlags(t, "--policy-file", "--audit-reports", "--write-cert-dir", "--cel-backstop-owner=x")
+	f, err := parseWebhookFlags(t, "--policy-file", "--audit-reports", "--write-cert-dir", "--cel-backstop-owner=x",
+		"--gpu-dra-driver=GPU_driver")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +94,7 @@ func TestWebhookSettingErrorsNameTheirFlag(t *testing.T) {
 		"--audit-reports (audit.reports): ",
 		"--write-cert-dir (certificates.writeDir): ",
 		"--cel-backstop-owner (backstop.owner): ",
+		`--gpu-dra-driver (hardening.gpuDRADrivers): "GPU_driver" is not a DRA driver name`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("lacks %q:\n%s", want, got)

@@ -82,6 +82,29 @@ func (d *Daemon) Stop(grace time.Duration) error {
 	}
 }
 
+// Kill sends SIGKILL, as the kernel's OOM killer does: the process gets no
+// chance to clean up. It returns once the process has ended.
+func (d *Daemon) Kill() error {
+	if d == nil || d.cmd.Process == nil {
+		return nil
+	}
+	_ = d.cmd.Process.Kill()
+	select {
+	case err := <-d.done:
+		d.done <- err
+		return nil
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("%s (pid %d) did not exit on SIGKILL", d.Name, d.cmd.Process.Pid)
+	}
+}
+
+// Freeze stops the process (SIGSTOP) until Thaw: it keeps its connections
+// and answers nothing.
+func (d *Daemon) Freeze() error { return d.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Thaw lets a frozen process run again (SIGCONT).
+func (d *Daemon) Thaw() error { return d.cmd.Process.Signal(syscall.SIGCONT) }
+
 // Tail returns the end of a log file, for error messages.
 func Tail(path string) string {
 	data, _ := os.ReadFile(path)

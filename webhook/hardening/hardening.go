@@ -32,6 +32,13 @@ type Nodes struct {
 	// node without GPU Feature Discovery's or NFD's label (and so without
 	// gpuguard's agent) must keep the injection on, not go unseen.
 	IsGPUResource func(string) bool
+	// SliceVersion, when set (one of SliceVersions, the one the API
+	// server serves), makes a node on which any of GPUDRADrivers publishes
+	// devices in a DRA ResourceSlice a GPU node too: its GPUs reach pods
+	// through claims, with no resource in its capacity and perhaps no GPU
+	// label.
+	SliceVersion  string
+	GPUDRADrivers []string
 	// LeaseNamespace, when set, is where the agents hold their Leases. A
 	// GPU node whose node enforcer holds a fresh one
 	// (wellknown.EnforcerLeasePrefix) is covered, since every container it
@@ -96,11 +103,15 @@ func (n *Nodes) AllHardened(ctx context.Context) (Verdict, error) {
 	if err != nil {
 		return Verdict{}, err
 	}
+	dra, err := n.draGPUNodes(ctx)
+	if err != nil {
+		return Verdict{}, err
+	}
 	enforced, alive := fresh[wellknown.EnforcerLeasePrefix], fresh[wellknown.AgentLeasePrefix]
 	var gpu []string
 	var until time.Time
 	for _, node := range list.Items {
-		if !n.isGPUNode(node.Labels) && !n.advertisesGPUs(node.Status) {
+		if !n.isGPUNode(node.Labels) && !n.advertisesGPUs(node.Status) && !dra[node.Name] {
 			continue
 		}
 		marked := node.Labels[wellknown.HardenedMarkLabel] == "true"

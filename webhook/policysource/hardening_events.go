@@ -2,11 +2,13 @@ package policysource
 
 import (
 	"maps"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -55,4 +57,28 @@ func leaseFreshnessChanged(now func() time.Time) predicate.Funcs {
 
 func equalPtr[T comparable](a, b *T) bool {
 	return (a == nil) == (b == nil) && (a == nil || *a == *b)
+}
+
+// gpuSliceNodesChanged passes the ResourceSlices of a GPU driver (drivers)
+// as they come and go, and an update that changes their nodes; not the
+// updates of their devices' attributes or health.
+func gpuSliceNodesChanged(drivers []string) predicate.Funcs {
+	gpuNodes := func(o client.Object) ([]string, bool) {
+		driver, nodes, ok := hardening.SliceNodes(o)
+		return nodes, ok && slices.Contains(drivers, driver)
+	}
+	ofGPUDriver := func(o client.Object) bool {
+		_, ok := gpuNodes(o)
+		return ok
+	}
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return ofGPUDriver(e.Object) },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return ofGPUDriver(e.Object) },
+		GenericFunc: func(e event.GenericEvent) bool { return ofGPUDriver(e.Object) },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			old, oldGPU := gpuNodes(e.ObjectOld)
+			cur, curGPU := gpuNodes(e.ObjectNew)
+			return oldGPU != curGPU || !slices.Equal(old, cur)
+		},
+	}
 }

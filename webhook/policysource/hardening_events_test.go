@@ -6,6 +6,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -70,5 +71,31 @@ func TestLeaseFreshnessChanged(t *testing.T) {
 				t.Errorf("read the hardening again: %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestGPUSliceNodesChanged: a GPU driver's ResourceSlice coming, going or
+// moving to another node reads the hardening again; another driver's
+// slices, and updates of a slice's devices, do not.
+func TestGPUSliceNodesChanged(t *testing.T) {
+	newSlice := func(driver, node string) *resourcev1.ResourceSlice {
+		return &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "s"},
+			Spec: resourcev1.ResourceSliceSpec{Driver: driver, NodeName: &node}}
+	}
+	p := gpuSliceNodesChanged([]string{"gpu.nvidia.com"})
+	gpu, other := newSlice("gpu.nvidia.com", "n1"), newSlice("nic.example.com", "n1")
+	if !p.Create(event.CreateEvent{Object: gpu}) || !p.Delete(event.DeleteEvent{Object: gpu}) {
+		t.Error("a GPU driver's slice created or deleted must read the hardening again")
+	}
+	if p.Create(event.CreateEvent{Object: other}) || p.Delete(event.DeleteEvent{Object: other}) {
+		t.Error("another driver's slice must not")
+	}
+	devices := gpu.DeepCopy()
+	devices.Spec.Devices = []resourcev1.Device{{Name: "gpu-0"}}
+	if p.Update(event.UpdateEvent{ObjectOld: gpu, ObjectNew: devices}) {
+		t.Error("a device update must not")
+	}
+	if !p.Update(event.UpdateEvent{ObjectOld: gpu, ObjectNew: newSlice("gpu.nvidia.com", "n2")}) {
+		t.Error("a GPU slice moved to another node must")
 	}
 }

@@ -72,6 +72,11 @@ type Reconciler struct {
 	// is read again when the first Lease it rests on would go stale (and at
 	// least every leaseRecheck), since a Lease goes stale silently.
 	LeaseNamespace string
+	// DRASlice, when set, is an empty ResourceSlice of the served version:
+	// the slices of GPUDRADrivers are watched, since a node on which one
+	// publishes devices is a GPU node.
+	DRASlice      client.Object
+	GPUDRADrivers []string
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 
@@ -101,6 +106,9 @@ func (r *Reconciler) Setup(mgr manager.Manager) error {
 		b = b.Watches(&corev1.Node{}, toHardening, builder.WithPredicates(nodeHardeningChanged()))
 		if r.LeaseNamespace != "" {
 			b = b.Watches(&coordinationv1.Lease{}, toHardening, builder.WithPredicates(leaseFreshnessChanged(r.now)))
+		}
+		if r.DRASlice != nil {
+			b = b.Watches(r.DRASlice, toHardening, builder.WithPredicates(gpuSliceNodesChanged(r.GPUDRADrivers)))
 		}
 	}
 	return b.Complete(r)

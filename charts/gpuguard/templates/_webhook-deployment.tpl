@@ -149,6 +149,9 @@ spec:
             {{- range $ctx.Values.agent.gpuNodeLabels }}
             - --gpu-node-label={{ . }}=true
             {{- end }}
+            {{- range $ctx.Values.admission.gpuDRADrivers }}
+            - --gpu-dra-driver={{ . }}
+            {{- end }}
             {{- /* The agents' Leases: the node enforcers' cover a node, the
             agents' own keep the hardened mark fresh. */}}
             - --enforcer-lease-namespace={{ $ctx.Release.Namespace }}

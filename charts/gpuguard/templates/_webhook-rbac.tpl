@@ -90,6 +90,11 @@ rules:
   - apiGroups: [""]
     resources: ["nodes"]
     verbs: ["list", "watch"]
+  # ...and which nodes a GPU DRA driver publishes devices on (ResourceSlices,
+  # in whichever version the API server serves).
+  - apiGroups: ["resource.k8s.io"]
+    resources: ["resourceslices"]
+    verbs: ["list", "watch"]
   {{- end }}
   {{- /* The pre-filter's server-side apply of one match condition on
   gpuguard's own pod webhooks needs get and patch: granted above. */}}

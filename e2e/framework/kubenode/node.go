@@ -313,6 +313,36 @@ func (n *Node) Apply(ctx context.Context, p NodeProfile) error {
 // verifier, until StartAgent.
 func (n *Node) StopAgent() error { return n.agent.Stop(30 * time.Second) }
 
+// KillAgent kills the agent with SIGKILL, as an OOM kill does: the node
+// enforcer releases nothing, its Lease stays held until it goes stale.
+// StartAgent starts it again.
+func (n *Node) KillAgent() error { return n.agent.Kill() }
+
+// FreezeAgent stops the agent's process (SIGSTOP) until ThawAgent: the
+// enforcer neither answers the runtime nor connects to it again, as in the
+// seconds after containerd restarts before it has reconnected.
+func (n *Node) FreezeAgent() error { return n.agent.Freeze() }
+
+// ThawAgent lets a frozen agent run again and waits until, where the
+// profile runs it, the node enforcer has registered with containerd again
+// (having lost its connection while frozen, if containerd restarted).
+func (n *Node) ThawAgent(ctx context.Context) error {
+	enforcers := n.enforcerRegistrations()
+	if err := n.agent.Thaw(); err != nil {
+		return err
+	}
+	return n.waitEnforcer(ctx, *n.profile, enforcers)
+}
+
+// RestartContainerd stops containerd and starts it again with the same
+// configuration; the containers it ran keep running under their shims.
+func (n *Node) RestartContainerd(ctx context.Context) error {
+	if err := n.containerd.Stop(30 * time.Second); err != nil {
+		return err
+	}
+	return n.startContainerd(ctx)
+}
+
 // StartAgent starts the agent again with the node's profile and waits
 // until it serves the kubelet and, where the profile runs it, the node
 // enforcer has registered with containerd.
