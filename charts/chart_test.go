@@ -414,7 +414,15 @@ func decodeAll(t *testing.T, docs []string) []runtime.Object {
 	return objs
 }
 
-func docs(r *rendered, withHooks bool) []string { return r.Documents(withHooks) }
+// docs are the documents of a rendering, with the webhook configurations
+// the webhook registers itself (held in a ConfigMap of the release).
+func docs(r *rendered, withHooks bool) []string {
+	registered, err := r.WebhookConfigurations()
+	if err != nil {
+		panic(err)
+	}
+	return append(r.Documents(withHooks), registered...)
+}
 
 // named is the object of type T and name, which must be there.
 func named[T interface {
@@ -495,10 +503,10 @@ func TestWebhookConfigurations(t *testing.T) {
 			for _, w := range vwc.Webhooks {
 				checkCommon(t, w.Name, w.ClientConfig, w.SideEffects, w.AdmissionReviewVersions, w.NamespaceSelector, w.ObjectSelector, wantExcluded, "/validate", rc.name)
 			}
-			// Fail closed only in enforce mode: the custom-policy case is in warn.
-			wantPods := admissionv1.Fail
-			if rc.name == "custom-policy" {
-				wantPods = admissionv1.Ignore
+			// Fail closed only in enforce mode; the chart's default is warn.
+			wantPods := admissionv1.Ignore
+			if renderedMode(t, r) == config.ModeEnforce {
+				wantPods = admissionv1.Fail
 			}
 			checkFailure(t, pods.Name, pods.FailurePolicy, wantPods)
 			checkFailure(t, ctrls.Name, ctrls.FailurePolicy, admissionv1.Ignore)
@@ -906,14 +914,20 @@ func TestRBAC(t *testing.T) {
 					want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, v, "gpuguard-backstop-kai-configmaps"})
 				}
 			}
-			// The backstop's owner: the controller's own ClusterRole, which
-			// only helm uninstall deletes.
+			// The owner of the backstop and of the webhook configurations:
+			// the controller's own ClusterRole, which only helm uninstall
+			// deletes.
 			want = append(want, rbacRule{"cluster", "rbac.authorization.k8s.io", "clusterroles", "get", "gpuguard-controller"})
-			// The pre-filter on the pod webhooks (on by default).
+			// The webhook configurations, registered by the controller once
+			// the Service has a ready endpoint, and the pre-filter on them:
+			// its own two by name, create included.
 			for _, res := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"} {
 				want = append(want, rbacRule{"cluster", "admissionregistration.k8s.io", res, "get", "gpuguard"},
+					rbacRule{"cluster", "admissionregistration.k8s.io", res, "create", "gpuguard"},
 					rbacRule{"cluster", "admissionregistration.k8s.io", res, "patch", "gpuguard"})
 			}
+			want = append(want, rbacRule{ns, "discovery.k8s.io", "endpointslices", "list", ""},
+				rbacRule{ns, "discovery.k8s.io", "endpointslices", "watch", ""})
 			if selfManaged {
 				for _, res := range []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"} {
 					want = append(want,
@@ -1053,7 +1067,8 @@ func checkGrants(t *testing.T, sa string, got []string, want []rbacRule) {
 }
 
 // TestDefaultPolicyIsEmbedded: the chart's copy of the default policy is the
-// embedded one, byte for byte, and the default ConfigMap holds exactly it.
+// embedded one, byte for byte, and the default ConfigMap holds exactly it but
+// for its mode, warn: a first install denies nothing.
 func TestDefaultPolicyIsEmbedded(t *testing.T) {
 	copyInChart, err := os.ReadFile(filepath.Join(chartDir, "files", "policy.yaml"))
 	if err != nil {
@@ -1064,9 +1079,26 @@ func TestDefaultPolicyIsEmbedded(t *testing.T) {
 	}
 	r := renderCaseValues(t, loadChart(t), cases[0])
 	cm := policyConfigMap(t, r)
-	if got := cm.Data[config.ConfigMapKey]; got != string(config.DefaultYAML()) {
-		t.Fatalf("default policy ConfigMap differs from the embedded default:\n%s", firstDiff(string(config.DefaultYAML()), got))
+	if got := cm.Data[config.ConfigMapKey]; got != chartDefaultPolicy() {
+		t.Fatalf("default policy ConfigMap differs from the embedded default in warn mode:\n%s", firstDiff(chartDefaultPolicy(), got))
 	}
+	p, err := config.Load("chart default", []byte(cm.Data[config.ConfigMapKey]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.Mode != config.ModeWarn {
+		t.Errorf("the chart's default policy has mode %q, want warn", p.Spec.Mode)
+	}
+}
+
+// renderedMode is the mode of the policy a rendering installs.
+func renderedMode(t *testing.T, r *rendered) config.Mode {
+	t.Helper()
+	p, err := config.Load("chart", []byte(policyConfigMap(t, r).Data[config.ConfigMapKey]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Spec.Mode
 }
 
 func policyConfigMap(t *testing.T, r *rendered) *corev1.ConfigMap {
@@ -1112,7 +1144,7 @@ func TestPolicies(t *testing.T) {
 					}
 				}
 				// Everything else keeps the default.
-				if p.Spec.Mode != config.Default().Spec.Mode || !slices.Equal(p.Spec.GPUResources, config.Default().Spec.GPUResources) {
+				if p.Spec.Mode != config.ModeWarn || !slices.Equal(p.Spec.GPUResources, config.Default().Spec.GPUResources) {
 					t.Error("the preset changed more than the exemptions")
 				}
 			case "custom-policy":
@@ -1184,7 +1216,7 @@ func TestBackstop(t *testing.T) {
 		if strings.Contains(args(off), "--cel-backstop") || strings.Contains(off.Raw, "admissionpolicies") {
 			t.Errorf("%s: the backstop must not be set up", name)
 		}
-		failOpen := map[string]any{"webhook": map[string]any{"failurePolicy": "Ignore"}}
+		failOpen := map[string]any{"webhook": map[string]any{"failurePolicy": "Ignore"}, "policy": map[string]any{"mode": "enforce"}}
 		if values != nil {
 			failOpen["backstop"] = values["backstop"]
 		}
@@ -1193,13 +1225,13 @@ func TestBackstop(t *testing.T) {
 			t.Errorf("%s: failing open without the backstop must be refused, got %v", name, err)
 		}
 	}
-	open, err := chartrender.Render(c, releaseName, namespace, map[string]any{"webhook": map[string]any{"failurePolicy": "Ignore"}}, clusterAPIs...)
+	open, err := chartrender.Render(c, releaseName, namespace, map[string]any{"webhook": map[string]any{"failurePolicy": "Ignore"}, "policy": map[string]any{"mode": "enforce"}}, clusterAPIs...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Webhooks only: the agent's node-scope policy fails closed whatever
 	// the webhooks do, as it guards the agent's token, not admission.
-	objs := decodeAll(t, open.Documents(false))
+	objs := decodeAll(t, docs(&rendered{Release: open}, false))
 	if len(findAll[*admissionv1.MutatingWebhookConfiguration](objs)) == 0 || len(findAll[*admissionv1.ValidatingWebhookConfiguration](objs)) == 0 {
 		t.Fatal("the rendering has no webhook configurations to judge")
 	}
@@ -1224,10 +1256,11 @@ func TestBackstop(t *testing.T) {
 func TestHelmTestExpectation(t *testing.T) {
 	c := loadChart(t)
 	for _, tc := range []struct{ name, values, want string }{
-		{"default", ``, "deny"},
+		{"default", ``, "warn"},
+		{"enforce mode", "policy:\n  mode: enforce\n", "deny"},
 		{"warn mode", "policy:\n  mode: warn\n", "warn"},
 		{"audit mode", "policy:\n  mode: audit\n", "admit"},
-		{"strip action", "policy:\n  spec:\n    action: strip\n", "strip"},
+		{"strip action", "policy:\n  spec:\n    mode: enforce\n    action: strip\n", "strip"},
 		{"strip action, warn mode", "policy:\n  mode: warn\n  spec:\n    action: strip\n", "warn"},
 		{"explicit", "policy:\n  mode: audit\ntest:\n  expect: deny\n", "deny"},
 	} {
@@ -1665,5 +1698,40 @@ func TestCoverageLeasesPolicy(t *testing.T) {
 		if slices.Contains(vap.Spec.MatchConstraints.ResourceRules[0].Operations, admissionv1.Delete) {
 			t.Errorf("%s: deleting a Lease only ends coverage; it must stay open to the namespace's cleanup", name)
 		}
+	}
+}
+
+// TestWebhookConfigurationsRegisteredByTheWebhook: no webhook configuration
+// is a resource of the release, in any case: the chart renders them into a
+// ConfigMap the applying pods mount, and they register them once a replica
+// is ready. A release resource would exist before any replica, and outlive
+// a failed install.
+func TestWebhookConfigurationsRegisteredByTheWebhook(t *testing.T) {
+	c := loadChart(t)
+	for _, rc := range cases {
+		t.Run(rc.name, func(t *testing.T) {
+			r := renderCaseValues(t, c, rc)
+			objs := decodeAll(t, r.Documents(true))
+			if n := len(findAll[*admissionv1.MutatingWebhookConfiguration](objs)) + len(findAll[*admissionv1.ValidatingWebhookConfiguration](objs)); n != 0 {
+				t.Errorf("%d webhook configurations are resources of the release", n)
+			}
+			applier := "gpuguard-controller"
+			if !strings.Contains(r.Raw, "name: "+applier+"\n") {
+				applier = "gpuguard-webhook"
+			}
+			d := named[*appsv1.Deployment](t, objs, applier)
+			args := d.Spec.Template.Spec.Containers[0].Args
+			for _, want := range []string{"--webhook-configurations-file=/etc/gpuguard/webhook-configurations/configurations.yaml",
+				"--webhook-configurations-owner=" + applier, "--mutating-webhook-configuration=gpuguard", "--validating-webhook-configuration=gpuguard"} {
+				if !slices.Contains(args, want) {
+					t.Errorf("%s lacks %s", applier, want)
+				}
+			}
+			if !slices.ContainsFunc(d.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool {
+				return v.ConfigMap != nil && v.ConfigMap.Name == "gpuguard-webhook-configurations"
+			}) {
+				t.Errorf("%s does not mount the webhook configurations", applier)
+			}
+		})
 	}
 }

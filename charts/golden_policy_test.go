@@ -18,7 +18,10 @@ var policyBlockKey = regexp.MustCompile(`^( *)` + regexp.QuoteMeta(config.Config
 // rewrites no golden. A policy the chart renders from its values holds only
 // what the values set, and stays as it is.
 func foldPolicies(golden string) string {
-	def := strings.TrimRight(string(config.DefaultYAML()), "\n")
+	marks := map[string]string{
+		strings.TrimRight(string(config.DefaultYAML()), "\n"): defaultPolicyMark,
+		strings.TrimRight(chartDefaultPolicy(), "\n"):         chartDefaultPolicyMark,
+	}
 	lines := strings.Split(golden, "\n")
 	var out []string
 	for i := 0; i < len(lines); i++ {
@@ -33,8 +36,8 @@ func foldPolicies(golden string) string {
 		for ; j < len(lines) && (lines[j] == "" || strings.HasPrefix(lines[j], indent)); j++ {
 			doc = append(doc, strings.TrimPrefix(lines[j], indent))
 		}
-		if strings.TrimRight(strings.Join(doc, "\n"), "\n") == def {
-			out = append(out, indent+defaultPolicyMark)
+		if mark, ok := marks[strings.TrimRight(strings.Join(doc, "\n"), "\n")]; ok {
+			out = append(out, indent+mark)
 			for j > i+1 && lines[j-1] == "" { // blank lines after the block stay
 				j--
 			}
@@ -44,7 +47,16 @@ func foldPolicies(golden string) string {
 	return strings.Join(out, "\n")
 }
 
-const defaultPolicyMark = "# the default policy (config/default.yaml), byte for byte: TestDefaultPolicyIsEmbedded checks it"
+const (
+	defaultPolicyMark      = "# the default policy (config/default.yaml), byte for byte: TestDefaultPolicyIsEmbedded checks it"
+	chartDefaultPolicyMark = "# the default policy in warn mode, the chart's default: TestDefaultPolicyIsEmbedded checks it"
+)
+
+// chartDefaultPolicy is the policy the chart installs with nothing set: the
+// built-in default with its mode warn, so that a first install denies nothing.
+func chartDefaultPolicy() string {
+	return strings.Replace(string(config.DefaultYAML()), "\n  mode: enforce\n", "\n  mode: warn\n", 1)
+}
 
 // TestFoldPolicies: a copy of the default folds to one line at its
 // indentation, another policy stays whole, and what surrounds them is kept.
@@ -60,15 +72,15 @@ func TestFoldPolicies(t *testing.T) {
 		return b.String()
 	}
 	def := string(config.DefaultYAML())
-	changed := strings.Replace(def, "mode: enforce", "mode: warn", 1)
-	if changed == def {
+	changed := strings.Replace(def, "mode: enforce", "mode: audit", 1)
+	if changed == def || chartDefaultPolicy() == def {
 		t.Fatal("the default policy has no 'mode: enforce' line to change")
 	}
 	golden := "data:\n  policy.yaml: |\n" + indented(def, "    ") + "---\nkind: Job\n    - |\n      policy.yaml: |-\n" +
-		indented(changed, "        ") + "after: 1\n"
+		indented(changed, "        ") + "---\n  policy.yaml: |\n" + indented(chartDefaultPolicy(), "    ") + "after: 1\n"
 	got := foldPolicies(golden)
 	want := "data:\n  policy.yaml: |\n    " + defaultPolicyMark + "\n---\nkind: Job\n    - |\n      policy.yaml: |-\n" +
-		indented(changed, "        ") + "after: 1\n"
+		indented(changed, "        ") + "---\n  policy.yaml: |\n    " + chartDefaultPolicyMark + "\n" + "after: 1\n"
 	if got != want {
 		t.Errorf("folded:\n%s\nwant:\n%s", got, want)
 	}

@@ -64,7 +64,7 @@ func TestPresets(t *testing.T) {
 			for k, v := range pc.values {
 				values[k] = v
 			}
-			p := renderedPolicy(t, c, map[string]any{"policy": map[string]any{"presets": map[string]any{pc.preset: values}}})
+			p := renderedPolicy(t, c, map[string]any{"policy": map[string]any{"mode": "enforce", "presets": map[string]any{pc.preset: values}}})
 			if len(p.Spec.Exemptions.Namespaces) != 0 {
 				t.Errorf("a preset must not exempt whole namespaces: %v", p.Spec.Exemptions.Namespaces)
 			}
@@ -339,7 +339,7 @@ func TestKAISchedulerPreset(t *testing.T) {
 // the operator gives their service accounts, in the operator's namespace.
 func TestGPUOperatorNVIDIADrivers(t *testing.T) {
 	c := loadChart(t)
-	p := renderedPolicy(t, c, map[string]any{"policy": map[string]any{"presets": map[string]any{"gpuOperator": map[string]any{
+	p := renderedPolicy(t, c, map[string]any{"policy": map[string]any{"mode": "enforce", "presets": map[string]any{"gpuOperator": map[string]any{
 		"enabled": true, "namespace": "nvidia-gpu-operator",
 		"nvidiaDrivers": map[string]any{"names": []any{"default", "a100"}, "driverTypes": []any{"gpu", "vgpu-host-manager"}, "osTags": []any{"ubuntu22.04", "rhel9"}},
 	}}}})

@@ -98,6 +98,14 @@ type Certificates struct {
 // WebhookConfigurations names gpuguard's webhook configurations.
 type WebhookConfigurations struct {
 	Mutating, Validating string
+	// File, when set, holds the two configurations, which the webhook
+	// registers itself once a replica is ready (registration.Registrar):
+	// until then nothing calls it, so an install that never comes up
+	// blocks nothing.
+	File string
+	// Owner names the ClusterRole whose deletion (helm uninstall)
+	// garbage-collects the registered configurations; empty: none.
+	Owner string
 }
 
 // Backstop keeps the policy's CEL backstop applied in the cluster.
@@ -273,6 +281,22 @@ func (c Config) Validate() error {
 
 	if len(c.Prefilter.Webhooks) > 0 && (standalone || c.WebhookConfigurations.Mutating == "" && c.WebhookConfigurations.Validating == "") {
 		bad("prefilter.webhooks", "needs an API server and the configurations that hold the webhooks (webhookConfigurations.mutating, webhookConfigurations.validating)")
+	}
+
+	if w := c.WebhookConfigurations; w.File != "" {
+		switch {
+		case standalone:
+			bad("webhookConfigurations.file", "registers the webhook configurations and needs an API server; it cannot run with policy.file")
+		case !c.Role.applies():
+			bad("webhookConfigurations.file", "serve writes nothing of admission configuration: registering belongs to the control role")
+		case w.Mutating == "" || w.Validating == "":
+			bad("webhookConfigurations.file", "name the configurations it may hold (webhookConfigurations.mutating and webhookConfigurations.validating)")
+		case c.Certificates.ServiceName == "":
+			bad("webhookConfigurations.file", "waits for a ready endpoint of the webhook's Service: set certificates.serviceName")
+		}
+	}
+	if c.WebhookConfigurations.Owner != "" && c.WebhookConfigurations.File == "" {
+		bad("webhookConfigurations.owner", "names the owner of the registered configurations: it needs webhookConfigurations.file")
 	}
 
 	switch c.Hardening.InjectVoid {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/gpuguard/gpuguard/webhook/lookup"
 	"github.com/gpuguard/gpuguard/webhook/policysource"
 	"github.com/gpuguard/gpuguard/webhook/prefilter"
+	"github.com/gpuguard/gpuguard/webhook/registration"
 )
 
 // reviewInputs read what a review needs besides its object. They are nil
@@ -27,6 +30,9 @@ type reviewInputs struct {
 	nodes      policy.NodeSource
 	// ready fails until the namespace cache has synced.
 	ready healthz.Checker
+	// registered fails until the webhook configurations are registered;
+	// nil where this process does not register them.
+	registered healthz.Checker
 }
 
 // clusterAppliers are what the webhook keeps in the cluster in step with
@@ -116,6 +122,10 @@ func watchCluster(mgr manager.Manager, o Config, source *policysource.Source, m 
 			return reviewInputs{}, err
 		}
 	}
+	registered, err := addRegistrar(mgr, o, source, reconciler.Apply)
+	if err != nil {
+		return reviewInputs{}, err
+	}
 	if err := reconciler.Setup(mgr); err != nil {
 		return reviewInputs{}, err
 	}
@@ -130,10 +140,38 @@ func watchCluster(mgr manager.Manager, o Config, source *policysource.Source, m 
 		}
 	}
 	namespaces := lookup.NewNamespaces(mgr.GetCache(), mgr.GetAPIReader(), o.Lookups.APIReadTimeout)
-	in := reviewInputs{namespaces: namespaces, ready: namespaces.Ready,
+	in := reviewInputs{namespaces: namespaces, ready: namespaces.Ready, registered: registered,
 		configMaps: lookup.NewConfigMaps(mgr.GetAPIReader(), o.Lookups.ConfigMapCacheTTL, o.Lookups.APIReadTimeout, m.ConfigMapLookups),
 		nodes:      lookup.NewNodes(mgr.GetAPIReader(), o.Lookups.APIReadTimeout)}
 	return in, mgr.Add(namespaces)
+}
+
+// addRegistrar registers the webhook configurations once a replica is ready,
+// where asked for, then applies what the webhook keeps on them (the
+// pre-filter) without waiting for the next reapply.
+func addRegistrar(mgr manager.Manager, o Config, source *policysource.Source, apply func(context.Context, *config.Policy) error) (healthz.Checker, error) {
+	w := o.WebhookConfigurations
+	if w.File == "" || !o.Role.applies() {
+		return nil, nil
+	}
+	if _, err := registration.Load(w.File, w.Mutating, w.Validating); err != nil {
+		return nil, err // refused at start, not after the first ready replica
+	}
+	clientset, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	r := registration.NewRegistrar(registration.Registrar{File: w.File, MutatingConfig: w.Mutating, ValidatingConfig: w.Validating, Owner: w.Owner,
+		Service: types.NamespacedName{Namespace: o.Policy.ConfigMap.Namespace, Name: o.Certificates.ServiceName},
+		Client:  mgr.GetClient(), Reader: mgr.GetAPIReader(), Clientset: clientset, Log: o.Log.WithName("registration")})
+	if apply != nil {
+		r.Then = func(ctx context.Context) {
+			if e := source.Engine(); e != nil {
+				_ = apply(ctx, e.Policy()) // logged and counted by each applier
+			}
+		}
+	}
+	return r.Registered, mgr.Add(r)
 }
 
 // followDRASlices makes the hardened-cluster profile count the nodes on

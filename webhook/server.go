@@ -80,7 +80,7 @@ func Run(ctx context.Context, o Config) error {
 		return err
 	}
 	if o.Role == RoleControl {
-		return runController(ctx, mgr, o, source)
+		return runController(ctx, mgr, o, source, in.registered)
 	}
 	serveCtx := afterDelay(ctx, o.Serving.ShutdownDelay)
 	srv := newReviewServer(o.Serving, o.Limits, o.Log.WithName("server"))
@@ -114,9 +114,16 @@ func Run(ctx context.Context, o Config) error {
 }
 
 // runController runs RoleControl: the policy, and what the webhook keeps in
-// the cluster, with no review server. Ready once a policy is loaded.
-func runController(ctx context.Context, mgr manager.Manager, o Config, source *policysource.Source) error {
-	if err := addProbes(mgr, map[string]healthz.Checker{"policy": source.Ready, "stopping": notStopping(ctx)}); err != nil {
+// the cluster, with no review server. Ready once a policy is loaded and the
+// webhook configurations, where it registers them, are registered (a
+// process that also serves reviews cannot wait for that: registration
+// waits for a ready replica).
+func runController(ctx context.Context, mgr manager.Manager, o Config, source *policysource.Source, registered healthz.Checker) error {
+	readiness := map[string]healthz.Checker{"policy": source.Ready, "stopping": notStopping(ctx)}
+	if registered != nil {
+		readiness["webhook-configurations"] = registered
+	}
+	if err := addProbes(mgr, readiness); err != nil {
 		return err
 	}
 	if o.Certificates.Secret.Name != "" {

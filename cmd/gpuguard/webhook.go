@@ -41,6 +41,8 @@ var settingFlags = map[string]string{
 	"backstop.cel.kaiGuardOnly":        "cel-backstop-kai-guard-only",
 	"backstop.owner":                   "cel-backstop-owner",
 	"prefilter.webhooks":               "prefilter-webhook",
+	"webhookConfigurations.file":       "webhook-configurations-file",
+	"webhookConfigurations.owner":      "webhook-configurations-owner",
 	"hardening.injectVoid":             "inject-void",
 	"hardening.gpuNodeLabels":          "gpu-node-label",
 	"hardening.enforcerLeaseNamespace": "enforcer-lease-namespace",
@@ -133,6 +135,9 @@ func (f *webhookFlags) addFlags(fl *pflag.FlagSet) {
 	fl.BoolVar(&c.Certificates.WriteDir, "write-cert-dir", false, "with --cert-secret: write the Secret's certificate and key into --cert-dir (writable, e.g. an emptyDir) as they change, rather than wait for the kubelet to refresh a mounted Secret (a minute or more)")
 	fl.StringVar(&c.WebhookConfigurations.Mutating, "mutating-webhook-configuration", "", "MutatingWebhookConfiguration to inject the CA bundle into")
 	fl.StringVar(&c.WebhookConfigurations.Validating, "validating-webhook-configuration", "", "ValidatingWebhookConfiguration to inject the CA bundle into (self-managed certificates)")
+
+	fl.StringVar(&c.WebhookConfigurations.File, "webhook-configurations-file", "", "YAML file with the two webhook configurations (named by --mutating-webhook-configuration and --validating-webhook-configuration): registered by the webhook itself, server-side apply, once its Service (--service-name, in the policy ConfigMap's namespace) has a ready endpoint, so an install that never comes up blocks nothing")
+	fl.StringVar(&c.WebhookConfigurations.Owner, "webhook-configurations-owner", "", "ClusterRole that owns the registered webhook configurations: deleting it (helm uninstall) garbage-collects them. Empty: no owner")
 
 	fl.BoolVar(&c.Backstop.Enabled, "cel-backstop", false, "keep the policy's CEL backstop (ValidatingAdmissionPolicy and MutatingAdmissionPolicy) applied in the cluster (with --role=serve: another process applies it)")
 	fl.StringVar(&c.Backstop.CEL.Name, "cel-backstop-name", c.Backstop.CEL.Name, "name of the CEL backstop's policies and bindings")

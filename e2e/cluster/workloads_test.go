@@ -182,7 +182,8 @@ func labelNode(t *testing.T, patch string) {
 const leastPrivilege = `{"runAsUser":0,"allowPrivilegeEscalation":false,"readOnlyRootFilesystem":true,"capabilities":{"drop":["ALL"],"add":["SYS_PTRACE"]}}`
 
 // installWithAgent installs the chart with the values this node needs for
-// the agent (its mock backend and config paths); everything else default.
+// the agent (its mock backend and config paths) and enforce (the chart's
+// default is warn); everything else default.
 func installWithAgent(t *testing.T) {
 	args, err := json.Marshal(s.node.ChartAgentArgs())
 	if err != nil {
@@ -192,7 +193,7 @@ func installWithAgent(t *testing.T) {
 	// The least privilege docs/agent.md gives the device plugin and the
 	// verifier: root without privilege, every capability dropped but
 	// SYS_PTRACE (the verifier reads other containers' /proc/<pid>/root).
-	install := fmt.Sprintf("helm install gpuguard oci://$REGISTRY/charts/gpuguard -n %s --create-namespace --wait --timeout 4m"+
+	install := fmt.Sprintf("helm install gpuguard oci://$REGISTRY/charts/gpuguard -n %s --create-namespace --wait --timeout 4m --set policy.mode=enforce"+
 		" --set agent.deviceListStrategy=envvar --set agent.cdiSpec=toolkit --set agent.hostPaths.cdiSpecDir=%s"+
 		" --set-json 'agent.extraArgs=%s' --set-json 'agent.securityContext=%s'", gpuReleaseNS, s.node.CDIDir(), args, leastPrivilege)
 	if out, err := sh.run(install); err != nil {

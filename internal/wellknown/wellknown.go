@@ -92,6 +92,9 @@ const (
 	// PrefilterFieldManager applies the match condition of the webhook
 	// configurations (the pre-filter).
 	PrefilterFieldManager = "gpuguard-prefilter"
+	// RegistrationFieldManager applies the webhook configurations, once a
+	// replica of the webhook is ready.
+	RegistrationFieldManager = "gpuguard-registration"
 )
 
 // AgentReportingController is the agent's Events' reporting controller.

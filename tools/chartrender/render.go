@@ -17,6 +17,7 @@ import (
 	"helm.sh/helm/v3/pkg/releaseutil"
 	"helm.sh/helm/v3/pkg/storage"
 	"helm.sh/helm/v3/pkg/storage/driver"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 // KubeVersion is the Kubernetes version charts are rendered for: the one the
@@ -103,4 +104,34 @@ func (r *Release) Documents(withHooks bool) []string {
 		}
 	}
 	return docs
+}
+
+// WebhookConfigurationsKey is the key of the ConfigMap that holds the webhook
+// configurations the webhook registers itself.
+const WebhookConfigurationsKey = "configurations.yaml"
+
+// WebhookConfigurations returns the webhook configurations the webhook
+// registers once a replica is ready, one YAML document each: the chart
+// renders them into a ConfigMap rather than as resources of the release.
+func (r *Release) WebhookConfigurations() ([]string, error) {
+	for _, m := range r.Manifests {
+		var cm struct {
+			Kind     string
+			Metadata struct{ Name string }
+			Data     map[string]string
+		}
+		if err := sigsyaml.Unmarshal([]byte(m.Content), &cm); err != nil {
+			return nil, fmt.Errorf("%s: %w", m.Name, err)
+		}
+		if cm.Kind != "ConfigMap" || !strings.HasSuffix(cm.Metadata.Name, "-webhook-configurations") {
+			continue
+		}
+		var docs []string
+		for _, d := range releaseutil.SplitManifests(cm.Data[WebhookConfigurationsKey]) {
+			docs = append(docs, d+"\n")
+		}
+		slices.Sort(docs) // SplitManifests returns a map's values
+		return docs, nil
+	}
+	return nil, fmt.Errorf("the chart rendered no ConfigMap of webhook configurations")
 }

@@ -64,6 +64,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- define "gpuguard.agentName" -}}{{ include "gpuguard.fullname" . }}-agent{{- end -}}
 {{- define "gpuguard.webhookConfigName" -}}{{ include "gpuguard.fullname" . }}{{- end -}}
+{{- define "gpuguard.webhookConfigurationsConfigMap" -}}{{ include "gpuguard.fullname" . }}-webhook-configurations{{- end -}}
 {{- define "gpuguard.policyConfigMap" -}}{{ .Values.policy.configMapName | default (printf "%s-policy" (include "gpuguard.fullname" .)) }}{{- end -}}
 
 {{/* The Secret the webhook serves its certificate from. */}}
@@ -79,10 +80,15 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/*
 The policy document the ConfigMap holds.
-- nothing set: the chart's copy of the built-in default, byte for byte;
-- policy.document: that text;
+- nothing set: the chart's copy of the built-in default, byte for byte but
+  for its mode, warn;
+- policy.document: that text, its own mode included (none: enforce, the
+  built-in one);
 - otherwise a document with only the fields set (mode, spec, presets): a field
-  left out keeps the built-in default of the running gpuguard.
+  left out keeps the built-in default of the running gpuguard, but for the
+  mode, warn unless policy.mode or policy.spec.mode sets it.
+The chart's mode is warn so that a first install denies nothing: a team
+turns enforce on once warn has shown what it would deny.
 */}}
 {{- define "gpuguard.policyDocument" -}}
 {{- $p := .Values.policy -}}
@@ -106,6 +112,8 @@ The policy document the ConfigMap holds.
 {{- fail "policy.mode and policy.spec.mode disagree: set only one" -}}
 {{- end -}}
 {{- $_ := set $spec "mode" $p.mode -}}
+{{- else if not (hasKey $spec "mode") -}}
+{{- $_ := set $spec "mode" "warn" -}}
 {{- end -}}
 {{- if $pairs -}}
 {{- $ex := deepCopy (get $spec "exemptions" | default dict) -}}
@@ -132,8 +140,21 @@ The policy document the ConfigMap holds.
 # Reference: the gpuguard docs, docs/policy.md.
 {{ toYaml (dict "apiVersion" "gpuguard.io/v1alpha1" "kind" "GPUGuardPolicy" "metadata" (dict "name" (include "gpuguard.fullname" .)) "spec" $spec) }}
 {{- else -}}
-{{- .Files.Get "files/policy.yaml" -}}
+{{- include "gpuguard.defaultPolicyInWarn" . -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The built-in default policy with its mode warn: its one spec-level
+"mode: enforce" line changed, comments kept.
+*/}}
+{{- define "gpuguard.defaultPolicyInWarn" -}}
+{{- $builtin := .Files.Get "files/policy.yaml" -}}
+{{- $warn := replace "\n  mode: enforce\n" "\n  mode: warn\n" $builtin -}}
+{{- if eq $warn $builtin -}}
+{{- fail "files/policy.yaml has no spec-level 'mode: enforce' line for the chart's warn default" -}}
+{{- end -}}
+{{- $warn -}}
 {{- end -}}
 
 {{/*

@@ -45,9 +45,15 @@ spec:
         {{- with $w.podLabels }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
-      {{- with $w.podAnnotations }}
+      {{- if or $applies $w.podAnnotations }}
       annotations:
+        {{- if $applies }}
+        # A change of the webhook configurations rolls the pods that register them.
+        checksum/webhook-configurations: {{ include "gpuguard.webhookConfigurations" $ctx | sha256sum }}
+        {{- end }}
+        {{- with $w.podAnnotations }}
         {{- toYaml . | nindent 8 }}
+        {{- end }}
       {{- end }}
     spec:
       serviceAccountName: {{ $name }}
@@ -110,9 +116,13 @@ spec:
             - --write-cert-dir
             {{- end }}
             {{- end }}
-            {{- if and $applies (or (eq $mode "self-managed") (eq (include "gpuguard.backstop" $ctx) "true") $ctx.Values.admission.prefilter) }}
+            {{- if $applies }}
             - --mutating-webhook-configuration={{ include "gpuguard.webhookConfigName" $ctx }}
             - --validating-webhook-configuration={{ include "gpuguard.webhookConfigName" $ctx }}
+            # Registered here once a replica is ready: until then nothing calls
+            # the webhook, so an install that never comes up blocks nothing.
+            - --webhook-configurations-file=/etc/gpuguard/webhook-configurations/configurations.yaml
+            - --webhook-configurations-owner={{ $name }}
             {{- end }}
             {{- if or (eq (include "gpuguard.backstop" $ctx) "true") (eq (include "gpuguard.kaiGuardOnly" $ctx) "true") }}
             - --cel-backstop
@@ -206,6 +216,11 @@ spec:
               readOnly: {{ ne $mode "self-managed" }}
             - name: tmp
               mountPath: /tmp
+            {{- if $applies }}
+            - name: webhook-configurations
+              mountPath: /etc/gpuguard/webhook-configurations
+              readOnly: true
+            {{- end }}
       volumes:
         # tls.crt and tls.key, reloaded by the webhook when they change.
         {{- if eq $mode "self-managed" }}
@@ -224,6 +239,11 @@ spec:
         - name: tmp
           emptyDir:
             sizeLimit: 16Mi
+        {{- if $applies }}
+        - name: webhook-configurations
+          configMap:
+            name: {{ include "gpuguard.webhookConfigurationsConfigMap" $ctx }}
+        {{- end }}
       topologySpreadConstraints:
         {{- if $w.topologySpreadConstraints }}
         {{- toYaml $w.topologySpreadConstraints | nindent 8 }}

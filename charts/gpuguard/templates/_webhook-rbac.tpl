@@ -61,10 +61,20 @@ rules:
     resources: ["validatingadmissionpolicies", "validatingadmissionpolicybindings"]
     resourceNames: [{{ printf "%s-kai-configmaps" (include "gpuguard.backstopName" $ctx) | quote }}]
     verbs: ["get", "create", "patch", "delete"]
-  # The backstop's owner, this ClusterRole: helm uninstall deletes it and
-  # the garbage collector takes the backstop with it, while deleting the
-  # webhook configurations (the runbook step when a webhook blocks a
-  # cluster) leaves the backstop in force.
+  {{- end }}
+  {{- if $applies }}
+  # The webhook registers its own two webhook configurations once a replica
+  # is ready, server-side apply; creates are narrowed by name as well (the
+  # API server authorizes the create an apply implies with the object's
+  # name), so this account can write no other webhook configuration.
+  - apiGroups: ["admissionregistration.k8s.io"]
+    resources: ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"]
+    resourceNames: [{{ include "gpuguard.webhookConfigName" $ctx | quote }}]
+    verbs: ["get", "create", "patch"]
+  # The owner of the configurations and of the backstop, this ClusterRole:
+  # helm uninstall deletes it and the garbage collector takes them with it,
+  # while deleting the webhook configurations (the runbook step when a
+  # webhook blocks a cluster) leaves the backstop in force.
   - apiGroups: ["rbac.authorization.k8s.io"]
     resources: ["clusterroles"]
     resourceNames: [{{ $name | quote }}]
@@ -86,14 +96,8 @@ rules:
     resources: ["resourceslices"]
     verbs: ["list", "watch"]
   {{- end }}
-  {{- if and $applies $ctx.Values.admission.prefilter }}
-  # The pre-filter: server-side apply of one match condition on gpuguard's own
-  # pod webhooks.
-  - apiGroups: ["admissionregistration.k8s.io"]
-    resources: ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"]
-    resourceNames: [{{ include "gpuguard.webhookConfigName" $ctx | quote }}]
-    verbs: ["get", "patch"]
-  {{- end }}
+  {{- /* The pre-filter's server-side apply of one match condition on
+  gpuguard's own pod webhooks needs get and patch: granted above. */}}
   {{- if and $applies $ctx.Values.audit.enabled }}
   # The background audit reads every pod and pod controller (list, no watch).
   - apiGroups: [""]
@@ -160,6 +164,14 @@ rules:
   - apiGroups: ["events.k8s.io"]
     resources: ["events"]
     verbs: ["create", "patch"]
+  {{- if $applies }}
+  # Whether a replica is ready, before the webhook configurations are
+  # registered: the EndpointSlices of the webhook's Service (selected by
+  # label, which resourceNames cannot narrow).
+  - apiGroups: ["discovery.k8s.io"]
+    resources: ["endpointslices"]
+    verbs: ["list", "watch"]
+  {{- end }}
   {{- if and $applies $ctx.Values.audit.enabled }}
   # The Lease through which one replica is elected to run the background audit.
   - apiGroups: ["coordination.k8s.io"]

@@ -15,7 +15,7 @@ const ReleaseName = "gpuguard"
 
 // GPUGuardWebhooks renders gpuguard's two webhook configurations from the Helm chart
 // in chartDir, for a release in releaseNS whose admission.systemNamespaces are the
-// excluded namespaces: what `helm install` would create.
+// excluded namespaces: what the webhook registers once a replica is ready.
 func GPUGuardWebhooks(chartDir, releaseNS string, excluded ...string) (*WebhookConfigurations, error) {
 	c, err := chartrender.Load(chartDir)
 	if err != nil {
@@ -26,14 +26,21 @@ func GPUGuardWebhooks(chartDir, releaseNS string, excluded ...string) (*WebhookC
 		systemNamespaces[i] = ns
 	}
 	// Only the webhook configurations are wanted: the agent, whose grants
-	// need the cluster's admission policy API, is left out.
+	// need the cluster's admission policy API, is left out. They are those of
+	// enforce mode (the pods' webhook fails closed), which the suites test;
+	// the chart's default, warn, fails open.
 	rel, err := chartrender.Render(c, ReleaseName, releaseNS, map[string]any{
-		"admission": map[string]any{"systemNamespaces": systemNamespaces}, "agent": map[string]any{"enabled": false}})
+		"admission": map[string]any{"systemNamespaces": systemNamespaces}, "agent": map[string]any{"enabled": false},
+		"policy": map[string]any{"mode": "enforce"}})
 	if err != nil {
 		return nil, fmt.Errorf("rendering the chart: %w", err)
 	}
 	w := &WebhookConfigurations{}
-	for _, doc := range rel.Documents(false) {
+	registered, err := rel.WebhookConfigurations()
+	if err != nil {
+		return nil, err
+	}
+	for _, doc := range registered {
 		switch {
 		case strings.Contains(doc, "\nkind: MutatingWebhookConfiguration"):
 			w.Mutating = &admissionregistrationv1.MutatingWebhookConfiguration{}
