@@ -179,8 +179,9 @@ spec:
 `
 
 // TestCheckValuesJudgesWithTheChartsPolicy: check --values admits and
-// denies as the policy the chart installs with those values: the preset's
-// exemption admits the device plugin, the values' mode decides the miner.
+// denies as the policy the chart installs with those values: the chart's
+// default mode (warn) or the values' mode decides the miner, and the
+// preset's exemption admits the device plugin.
 func TestCheckValuesJudgesWithTheChartsPolicy(t *testing.T) {
 	manifests := writeValues(t, "pods.yaml", gpuManifests)
 	operator := writeValues(t, "operator.yaml", "policy:\n  presets:\n    gpuOperator:\n      enabled: true\n")
@@ -191,8 +192,8 @@ func TestCheckValuesJudgesWithTheChartsPolicy(t *testing.T) {
 		allowed map[string]bool
 	}{
 		{"built-in policy", nil, exitDenied, map[string]bool{"miner": false, "device-plugin": false}},
-		{"the preset exempts the plugin", []string{"-f", operator}, exitDenied, map[string]bool{"miner": false, "device-plugin": true}},
-		{"warn set over the file", []string{"-f", operator, "--set", "policy.mode=warn"}, exitOK, map[string]bool{"miner": true, "device-plugin": true}},
+		{"the chart's default mode warns", []string{"-f", operator}, exitOK, map[string]bool{"miner": true, "device-plugin": true}},
+		{"enforce set over the file, the preset exempts the plugin", []string{"-f", operator, "--set", "policy.mode=enforce"}, exitDenied, map[string]bool{"miner": false, "device-plugin": true}},
 		{"--mode over the values", []string{"-f", operator, "--set", "policy.mode=warn", "--mode", "enforce"}, exitDenied, map[string]bool{"miner": false, "device-plugin": true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
