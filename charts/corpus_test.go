@@ -285,7 +285,7 @@ func kaiAdmission(pod *corev1.Pod) *corev1.Pod {
 // HAMi's webhook adds nvidia.com/gpu), is admitted without void under the
 // chart's hami preset.
 func TestCorpusHAMiShapes(t *testing.T) {
-	p := renderedPolicy(t, loadChart(t), map[string]any{"policy": map[string]any{"presets": map[string]any{"hami": map[string]any{"enabled": true}}}})
+	p := renderedEnforcingPolicy(t, loadChart(t), map[string]any{"policy": map[string]any{"presets": map[string]any{"hami": map[string]any{"enabled": true}}}})
 	engine, err := policy.New(p)
 	if err != nil {
 		t.Fatal(err)

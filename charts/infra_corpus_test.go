@@ -211,7 +211,7 @@ func checkInfraFix(t *testing.T, gg *chart.Chart, without *policy.Engine, p infr
 			writable = append(writable, map[string]any{"path": "/var/log", "serviceAccounts": accounts})
 			values = map[string]any{"policy": map[string]any{"spec": map[string]any{"writableHostPaths": writable}}}
 		}
-		with, err := policy.New(renderedPolicy(t, gg, values))
+		with, err := policy.New(renderedEnforcingPolicy(t, gg, values))
 		if err != nil {
 			t.Fatal(err)
 		}

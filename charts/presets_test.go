@@ -213,6 +213,19 @@ func renderedPolicy(t *testing.T, c *chart.Chart, values map[string]any) *config
 	return p
 }
 
+// renderedEnforcingPolicy is renderedPolicy with policy.mode=enforce: the
+// corpora compare a preset's policy with the built-in one, which enforces,
+// where the chart's own default mode (warn) would deny nothing.
+func renderedEnforcingPolicy(t *testing.T, c *chart.Chart, values map[string]any) *config.Policy {
+	t.Helper()
+	pv, _ := values["policy"].(map[string]any)
+	merged := map[string]any{"mode": "enforce"}
+	for k, v := range pv {
+		merged[k] = v
+	}
+	return renderedPolicy(t, c, map[string]any{"policy": merged})
+}
+
 func admit(t *testing.T, e *policy.Engine, pod *corev1.Pod, ns, sa string) policy.Result {
 	t.Helper()
 	p := pod.DeepCopy()

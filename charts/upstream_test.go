@@ -171,7 +171,7 @@ func TestUpstreamCharts(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			presetValues := map[string]any{"enabled": true}
 			maps.Copy(presetValues, st.presetValues)
-			with, err := policy.New(renderedPolicy(t, gg, map[string]any{"policy": map[string]any{"presets": map[string]any{st.preset: presetValues}}}))
+			with, err := policy.New(renderedEnforcingPolicy(t, gg, map[string]any{"policy": map[string]any{"presets": map[string]any{st.preset: presetValues}}}))
 			if err != nil {
 				t.Fatal(err)
 			}
