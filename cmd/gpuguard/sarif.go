@@ -45,7 +45,7 @@ type sarifTool struct {
 
 type sarifDriver struct {
 	Name           string      `json:"name"`
-	Version        string      `json:"version"`
+	Version        string      `json:"version,omitempty"`
 	InformationURI string      `json:"informationUri"`
 	Rules          []sarifRule `json:"rules"`
 }
@@ -55,7 +55,7 @@ type sarifDriver struct {
 // alert's severity, with its tags.
 type sarifRule struct {
 	ID                   string            `json:"id"`
-	Name                 string            `json:"name"`
+	Name                 string            `json:"name,omitempty"`
 	ShortDescription     sarifMessage      `json:"shortDescription"`
 	FullDescription      sarifMessage      `json:"fullDescription"`
 	Help                 sarifHelp         `json:"help"`
@@ -117,11 +117,39 @@ const rulesURI = "https://github.com/gpuguard/gpuguard/blob/main/docs/policy.md#
 // consumers need a location, and a pipe has no file name.
 const stdinURI = "stdin"
 
+// sarifVersion is the driver's version as SARIF wants it, starting with a
+// number so that viewers can compare versions ("v0.3.1" is "0.3.1"); a
+// development build, which has none, states none.
+func sarifVersion(v string) string {
+	v = strings.TrimPrefix(v, "v")
+	if v == "" || v[0] < '0' || v[0] > '9' {
+		return ""
+	}
+	return v
+}
+
+// sarifRuleName is a rule's name for people, distinct from its stable id
+// as SARIF requires (3.49.7): "sensitive-hostpath" is SensitiveHostpath;
+// a one-word id ("privileged") has no other name, and SARIF then wants
+// none.
+func sarifRuleName(id policy.RuleID) string {
+	var b strings.Builder
+	for word := range strings.SplitSeq(string(id), "-") {
+		if word != "" {
+			b.WriteString(strings.ToUpper(word[:1]) + word[1:])
+		}
+	}
+	if strings.EqualFold(b.String(), string(id)) {
+		return ""
+	}
+	return b.String()
+}
+
 // writeSARIF writes results as SARIF: each violation an error and each
 // warning a warning, located at the field's line where the object came
 // from a file.
 func writeSARIF(w io.Writer, results []checkedObject) error {
-	run := sarifRun{Tool: sarifTool{Driver: sarifDriver{Name: "gpuguard", Version: buildVersion(),
+	run := sarifRun{Tool: sarifTool{Driver: sarifDriver{Name: "gpuguard", Version: sarifVersion(buildVersion()),
 		InformationURI: "https://github.com/gpuguard/gpuguard"}}, Results: []sarifResult{}}
 	for _, r := range policy.Registry() {
 		run.Tool.Driver.Rules = append(run.Tool.Driver.Rules, sarifRuleOf(r))
@@ -173,7 +201,7 @@ func sarifRuleOf(r *policy.Rule) sarifRule {
 	}
 	md += "See [the rule table](" + rulesURI + ") and `gpuguard rules`."
 	return sarifRule{
-		ID: string(r.ID), Name: string(r.ID),
+		ID: string(r.ID), Name: sarifRuleName(r.ID),
 		ShortDescription:     sarifMessage{string(r.ID) + ": " + firstClause(plain)},
 		FullDescription:      sarifMessage{plain},
 		Help:                 sarifHelp{Text: plain + " See " + rulesURI, Markdown: md},

@@ -26,9 +26,11 @@ func TestSARIFForCodeScanning(t *testing.T) {
 		Runs []struct {
 			Tool struct {
 				Driver struct {
-					Name  string `json:"name"`
-					Rules []struct {
+					Name    string `json:"name"`
+					Version string `json:"version"`
+					Rules   []struct {
 						ID               string `json:"id"`
+						Name             string `json:"name"`
 						ShortDescription struct{ Text string }
 						FullDescription  struct{ Text string }
 						Help             struct{ Text, Markdown string }
@@ -61,6 +63,9 @@ func TestSARIFForCodeScanning(t *testing.T) {
 	if len(log.Runs) != 1 || log.Runs[0].Tool.Driver.Name != "gpuguard" {
 		t.Fatalf("want one run of gpuguard:\n%s", stdout)
 	}
+	if v := log.Runs[0].Tool.Driver.Version; v != "" && (v[0] < '0' || v[0] > '9') {
+		t.Errorf("driver version %q does not start with a number", v)
+	}
 	rules := map[string]bool{}
 	for _, r := range log.Runs[0].Tool.Driver.Rules {
 		rules[r.ID] = true
@@ -68,6 +73,8 @@ func TestSARIFForCodeScanning(t *testing.T) {
 		f, err := strconv.ParseFloat(sev, 64)
 		tags, _ := r.Properties["tags"].([]any)
 		switch {
+		case r.Name != "" && strings.EqualFold(r.Name, r.ID):
+			t.Errorf("rule %s: name %q repeats the id, which SARIF forbids (3.49.7)", r.ID, r.Name)
 		case r.ID == "" || r.ShortDescription.Text == "" || r.FullDescription.Text == "" || r.Help.Text == "" || r.Help.Markdown == "":
 			t.Errorf("rule %q lacks its descriptions or help", r.ID)
 		case !strings.HasPrefix(r.HelpURI, "https://github.com/gpuguard/gpuguard/blob/main/docs/policy.md#"):
