@@ -64,6 +64,10 @@ func TestPlatformProfilesInstall(t *testing.T) {
 				if out, err := sh.run("helm uninstall gpuguard -n " + platformReleaseNS + " --wait"); err != nil {
 					t.Errorf("helm uninstall: %v\n%s", err, out)
 				}
+				// The next platform's release, and the suite's next test,
+				// start where the garbage collector has removed what the
+				// webhook registered at run time.
+				nothingLeftBlocking(t)
 			})
 			if err != nil {
 				t.Fatalf("%s: %v\n%s\nthe agent DaemonSet's events:\n%s", install, err, out, agentEvents())
