@@ -49,9 +49,15 @@ var (
 	enforcedMIG = kubenode.NodeProfile{Strategy: "envvar", MIG: true, Enforce: true}
 )
 
+// defaultPolicy is the built-in policy but for host-network-ipc, which
+// warns: the node runs no CNI, so every probe pod shares the node's
+// network. The rule is proven through the API server by its fixtures (the
+// control-plane suite), not here.
 const defaultPolicy = `apiVersion: gpuguard.io/v1alpha1
 kind: GPUGuardPolicy
-spec: {}
+spec:
+  advisories:
+    hostNetworkIPC: warn
 `
 
 // cdiAllAnnotation asks for every GPU through CDI.
