@@ -19,9 +19,76 @@ import (
 	"k8s.io/klog/v2"
 
 	"helm.sh/helm/v3/pkg/chartutil"
-
-	"github.com/gpuguard/gpuguard/testsupport/platforms"
 )
+
+// simNode is a node as a platform creates it: its labels and taints.
+type simNode struct {
+	name   string
+	labels map[string]string
+	taints []corev1.Taint
+}
+
+var (
+	gpuTaint = corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}
+	skuTaint = corev1.Taint{Key: "sku", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}
+	// The taint Karpenter's and EKS Auto Mode's GPU NodePools document.
+	gpuTaintNoValue = corev1.Taint{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoSchedule}
+)
+
+// platformNodes are each platform's default GPU nodes, which the agent must
+// run on, and its CPU nodes, which it must not.
+var platformNodes = map[string]struct{ gpu, cpu []simNode }{
+	"generic": {
+		gpu: []simNode{
+			{"gfd", map[string]string{"nvidia.com/gpu.present": "true"}, []corev1.Taint{gpuTaint}},
+			{"nfd", map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true"}, nil},
+		},
+		cpu: []simNode{
+			{"cpu", map[string]string{"kubernetes.io/os": "linux"}, nil},
+			{"gke-gpu-without-profile", map[string]string{"cloud.google.com/gke-accelerator": "nvidia-l4"}, []corev1.Taint{gpuTaint}},
+		},
+	},
+	"eks": {
+		gpu: []simNode{
+			// A managed node group labelled as the cluster autoscaler expects.
+			{"managed-node-group", map[string]string{"k8s.amazonaws.com/accelerator": "nvidia-tesla-a10g", "node.kubernetes.io/instance-type": "g5.xlarge"}, nil},
+			{"karpenter", map[string]string{"karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia", "karpenter.k8s.aws/instance-gpu-count": "1"}, []corev1.Taint{gpuTaintNoValue}},
+			{"auto-mode", map[string]string{"eks.amazonaws.com/instance-gpu-manufacturer": "nvidia", "eks.amazonaws.com/compute-type": "auto"}, []corev1.Taint{gpuTaintNoValue}},
+			{"gpu-operator", map[string]string{"nvidia.com/gpu.present": "true"}, nil},
+		},
+		cpu: []simNode{
+			{"cpu", map[string]string{"node.kubernetes.io/instance-type": "m5.large", "eks.amazonaws.com/nodegroup": "system"}, nil},
+			{"neuron", map[string]string{"karpenter.k8s.aws/instance-gpu-manufacturer": "aws"}, nil},
+		},
+	},
+	"gke": {
+		gpu: []simNode{
+			{"l4", map[string]string{"cloud.google.com/gke-accelerator": "nvidia-l4", "cloud.google.com/gke-gpu-driver-version": "default"}, []corev1.Taint{gpuTaint}},
+		},
+		cpu: []simNode{{"cpu", map[string]string{"cloud.google.com/gke-nodepool": "default-pool"}, nil}},
+	},
+	"aks": {
+		gpu: []simNode{
+			{"sku-tainted", map[string]string{"kubernetes.azure.com/accelerator": "nvidia", "kubernetes.azure.com/agentpool": "gpunp"}, []corev1.Taint{skuTaint}},
+			{"untainted", map[string]string{"kubernetes.azure.com/accelerator": "nvidia"}, nil},
+		},
+		cpu: []simNode{{"cpu", map[string]string{"kubernetes.azure.com/agentpool": "nodepool1"}, nil}},
+	},
+	"openshift": {
+		gpu: []simNode{
+			{"nfd-gfd", map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true", "nvidia.com/gpu.present": "true", "node-role.kubernetes.io/worker": ""}, nil},
+		},
+		cpu: []simNode{{"worker", map[string]string{"node-role.kubernetes.io/worker": ""}, nil}},
+	},
+	"k3s": {
+		gpu: []simNode{{"gfd", map[string]string{"nvidia.com/gpu.present": "true", "node.kubernetes.io/instance-type": "k3s"}, nil}},
+		cpu: []simNode{{"cpu", map[string]string{"node.kubernetes.io/instance-type": "k3s"}, nil}},
+	},
+	"rke2": {
+		gpu: []simNode{{"nfd", map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true", "node.kubernetes.io/instance-type": "rke2"}, nil}},
+		cpu: []simNode{{"cpu", map[string]string{"node.kubernetes.io/instance-type": "rke2"}, nil}},
+	},
+}
 
 var nodeSelectorOps = map[corev1.NodeSelectorOperator]selection.Operator{
 	corev1.NodeSelectorOpIn:           selection.In,
@@ -35,8 +102,8 @@ var nodeSelectorOps = map[corev1.NodeSelectorOperator]selection.Operator{
 // schedulable says whether the scheduler would place a pod of spec on n as
 // far as labels and taints go: nodeSelector, required node affinity (terms
 // ORed, their expressions ANDed) and NoSchedule/NoExecute taints.
-func schedulable(spec corev1.PodSpec, n platforms.Node) (bool, string) {
-	set := labels.Set(n.Labels)
+func schedulable(spec corev1.PodSpec, n simNode) (bool, string) {
+	set := labels.Set(n.labels)
 	if !labels.SelectorFromSet(spec.NodeSelector).Matches(set) {
 		return false, "nodeSelector"
 	}
@@ -63,8 +130,8 @@ func schedulable(spec corev1.PodSpec, n platforms.Node) (bool, string) {
 			return false, "node affinity"
 		}
 	}
-	for i := range n.Taints {
-		taint := &n.Taints[i]
+	for i := range n.taints {
+		taint := &n.taints[i]
 		if taint.Effect == corev1.TaintEffectPreferNoSchedule {
 			continue
 		}
@@ -90,18 +157,18 @@ func platformRelease(t *testing.T, platform, extra string) []runtime.Object {
 // platform's default GPU nodes (labels and taints as the platform sets
 // them) and no CPU node.
 func TestPlatformScheduling(t *testing.T) {
-	for platform, nodes := range platforms.All {
+	for platform, nodes := range platformNodes {
 		t.Run(platform, func(t *testing.T) {
 			ds := one[*appsv1.DaemonSet](t, platformRelease(t, platform, ""))
 			spec := ds.Spec.Template.Spec
-			for _, n := range nodes.GPU {
+			for _, n := range nodes.gpu {
 				if ok, why := schedulable(spec, n); !ok {
-					t.Errorf("GPU node %s refused the agent (%s): affinity %+v, tolerations %+v", n.Name, why, spec.Affinity, spec.Tolerations)
+					t.Errorf("GPU node %s refused the agent (%s): affinity %+v, tolerations %+v", n.name, why, spec.Affinity, spec.Tolerations)
 				}
 			}
-			for _, n := range nodes.CPU {
+			for _, n := range nodes.cpu {
 				if ok, _ := schedulable(spec, n); ok {
-					t.Errorf("CPU node %s admits the agent", n.Name)
+					t.Errorf("CPU node %s admits the agent", n.name)
 				}
 			}
 		})
