@@ -146,7 +146,10 @@ func restoreWebhookConfigurations(t *testing.T, vwc *admissionregistrationv1.Val
 	}
 }
 
-// fresh is m without what the API server sets, for creating it again.
+// fresh is m without what the API server sets, for creating it again. The
+// owner stays: the webhook registers its configurations owned by the
+// release's ClusterRole, so that helm uninstall takes them; restored
+// without it, they outlived the release and refused every later pod.
 func fresh(m metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: m.Name, Labels: m.Labels, Annotations: m.Annotations}
+	return metav1.ObjectMeta{Name: m.Name, Labels: m.Labels, Annotations: m.Annotations, OwnerReferences: m.OwnerReferences}
 }
